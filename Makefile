@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh Debian 12 machine (as root):
+#   make demo   set up, then run the guarded demo
+#   make test   set up, then run the whole suite (a missing capability fails, never skips)
+# Both are idempotent; a second run only re-checks.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+MTG    := $(VENV)/bin/mtguard
+
+.PHONY: setup host venv image demo test bench lint clean
+
+setup: host venv image
+
+host:
+	@scripts/setup-host.sh
+
+venv: host
+	@scripts/setup-venv.sh
+
+image: venv
+	@$(MTG) image build
+
+demo: setup
+	@$(MTG) demo
+
+test: setup
+	MTGUARD_REQUIRE_REAL=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m bench
+
+lint: venv
+	$(VENV)/bin/ruff check mtguard_rt tests bench examples
+
+clean:
+	-$(MTG) sandbox prune
+	rm -rf $(VENV) .pytest_cache
