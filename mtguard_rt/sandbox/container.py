@@ -1,0 +1,260 @@
+"""Run one server command in a Docker container the guard controls.
+
+`open_sandbox()` creates the container (no network by default, all capabilities dropped,
+no-new-privileges, non-root, memory/pids/CPU limits), attaches stdin/stdout/stderr over one
+hijacked connection *before* starting it so no byte is lost, starts it and resolves its cgroup.
+stdout is demultiplexed into a bounded byte stream (back-pressure, never a silent drop);
+stderr goes to a bounded tail. On exit (normal, cancelled or crashed) the container is removed
+under a shielded, bounded wait; containers left by a guard that died are pruned at start.
+With `gated=True` the command waits for `release()`, so a monitor can attach first.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..errors import CommandNotFound, DockerApiError, ImageNotFound, SandboxError
+from .cgroups import Cgroup, cgroup_of_pid
+from .engine import DockerEngine, open_engine
+from .image import DEFAULT_IMAGE, HOME, canaries_of, ensure_image
+from .lifecycle import OWNER_LABEL, owner_token, prune_stale
+
+# Removing a container is local work; if the daemon hangs we give up rather than hang too.
+REMOVE_TIMEOUT_S = 15.0
+STDOUT_BUFFER_CHUNKS = 64  # chunks (each <= one attach frame) buffered before back-pressure
+READ_SIZE = 65536
+
+
+class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    image: str | None = None  # None: the default image, built on first use
+    network: Literal["none", "host"] = "none"
+    workspace: str | None = None  # host directory mounted read-write at the same path
+    mounts: list[str] = msgspec.field(default_factory=list)  # extra read-only host paths
+    runtime_mounts: bool = True  # /usr and the guard's Python environment, read-only
+    user: str = "1000:1000"
+    memory_mb: int = 1024
+    pids_limit: int = 512
+    cpus: float = 1.0
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    stderr_tail_bytes: int = 65536
+
+
+def runtime_paths() -> list[str]:
+    paths = ["/usr"]
+    for prefix in (sys.prefix, sys.base_prefix):
+        if prefix and not prefix.startswith("/usr") and prefix not in paths:
+            paths.append(prefix)
+    return paths
+
+
+def container_spec(
+    command: list[str], config: SandboxConfig, image: str, *, name: str, gated: bool
+) -> dict[str, Any]:
+    binds = []
+    if config.runtime_mounts:
+        binds += [f"{p}:{p}:ro" for p in runtime_paths() if os.path.isdir(p)]
+    binds += [f"{p}:{p}:ro" for p in config.mounts]
+    if config.workspace:
+        binds.append(f"{config.workspace}:{config.workspace}:rw")
+    path = ":".join([f"{sys.prefix}/bin", "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+    env = {"HOME": HOME, "USER": "mtguard", "PATH": path, "LANG": "C.UTF-8", **config.env}
+    cmd = list(command)
+    if gated:
+        # `read` consumes exactly one line from the pipe; the server then owns stdin.
+        cmd = ["/bin/sh", "-c", 'read -r _ || exit 0; exec "$@"', "mtguard-gate", *cmd]
+    return {
+        "Image": image,
+        "Cmd": cmd,
+        "User": config.user,
+        "WorkingDir": config.workspace or HOME,
+        "Env": [f"{k}={v}" for k, v in env.items()],
+        "OpenStdin": True,
+        "StdinOnce": False,
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": False,
+        "Labels": {OWNER_LABEL: owner_token(), "io.mtguard.server": name},
+        "HostConfig": {
+            "NetworkMode": config.network,
+            "Binds": binds,
+            "Memory": config.memory_mb * 1024 * 1024,
+            "PidsLimit": config.pids_limit,
+            "NanoCpus": int(config.cpus * 1e9),
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
+        },
+    }
+
+
+class SandboxStdin:
+    """The server's stdin: raw writes on the attach connection; `send_eof()` closes it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._lock = anyio.Lock()
+
+    async def send(self, data: bytes) -> None:
+        async with self._lock:
+            await self._stream.write(data)
+
+    async def send_eof(self) -> None:
+        sock = self._stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+
+class Sandbox:
+    """A running container. Create with `open_sandbox()`."""
+
+    def __init__(
+        self, engine: DockerEngine, container_id: str, name: str, image: str, command: list[str],
+        stdin: SandboxStdin, stdout: MemoryObjectReceiveStream[bytes], canaries: dict[str, str],
+    ) -> None:
+        self.engine = engine
+        self.container_id = container_id
+        self.name = name
+        self.image = image
+        self.command = command
+        self.stdin = stdin
+        self.stdout = stdout
+        self.canaries = canaries
+        self.pid = 0
+        self.cgroup = Cgroup(path="", id=0)
+        self._stderr = bytearray()
+        self._stderr_limit = 65536
+        self.exited = anyio.Event()
+
+    @property
+    def cgroup_id(self) -> int:
+        return self.cgroup.id
+
+    @property
+    def cgroup_path(self) -> str:
+        return self.cgroup.path
+
+    def pids(self) -> list[int]:
+        return self.cgroup.pids()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    def _add_stderr(self, data: bytes) -> None:
+        self._stderr += data
+        if len(self._stderr) > self._stderr_limit:
+            del self._stderr[: len(self._stderr) - self._stderr_limit]
+
+    async def release(self) -> None:
+        """Let a gated command start."""
+        await self.stdin.send(b"\n")
+
+    async def wait(self) -> int:
+        return await self.engine.wait(self.container_id)
+
+    async def exit_code(self) -> int | None:
+        state = (await self.engine.inspect(self.container_id)).get("State", {})
+        return None if state.get("Running") else int(state.get("ExitCode", -1))
+
+    async def _pump(self, stream: Any, out: MemoryObjectSendStream[bytes]) -> None:
+        """Demultiplex Docker's attach frames: 8-byte header (kind, 0, 0, 0, size BE)."""
+        buf = bytearray()
+        async with out:
+            try:
+                while True:
+                    chunk = await stream.read(READ_SIZE)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    while len(buf) >= 8:
+                        kind, size = buf[0], struct.unpack(">I", buf[4:8])[0]
+                        if len(buf) < 8 + size:
+                            break
+                        payload = bytes(buf[8 : 8 + size])
+                        del buf[: 8 + size]
+                        if kind == 1:
+                            await out.send(payload)
+                        elif kind == 2:
+                            self._add_stderr(payload)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            except Exception as exc:  # httpcore.ReadError and friends: the connection ended
+                if not type(exc).__module__.startswith("httpcore"):
+                    raise
+            finally:
+                self.exited.set()
+
+
+def _start_error(exc: DockerApiError, command: list[str], image: str) -> SandboxError:
+    msg = exc.message
+    if "executable file not found" in msg or "no such file or directory" in msg:
+        return CommandNotFound(command[0], image, msg.rsplit(":", 1)[-1].strip())
+    return exc
+
+
+@asynccontextmanager
+async def open_sandbox(
+    command: list[str],
+    config: SandboxConfig | None = None,
+    *,
+    name: str = "server",
+    gated: bool = False,
+    engine: DockerEngine | None = None,
+) -> AsyncIterator[Sandbox]:
+    if not command:
+        raise SandboxError("no server command given")
+    config = config or SandboxConfig()
+    if engine is None:
+        async with open_engine() as own:
+            async with open_sandbox(command, config, name=name, gated=gated, engine=own) as sb:
+                yield sb
+        return
+    await prune_stale(engine)
+    if config.image is None:
+        image, _ = await ensure_image(engine)
+    else:
+        image = config.image
+    canaries = canaries_of(await engine.image_inspect(image))
+    spec = container_spec(command, config, image, name=name, gated=gated)
+    cid = await engine.create_container(f"mtguard-{name}-{os.urandom(4).hex()}", spec)
+    try:
+        async with engine.attach(cid) as stream, anyio.create_task_group() as tg:
+            send, receive = anyio.create_memory_object_stream[bytes](STDOUT_BUFFER_CHUNKS)
+            sb = Sandbox(engine, cid, name, image, command, SandboxStdin(stream), receive, canaries)
+            sb._stderr_limit = config.stderr_tail_bytes
+            tg.start_soon(sb._pump, stream, send)
+            try:
+                await engine.start(cid)
+            except DockerApiError as exc:
+                raise _start_error(exc, command, image) from exc
+            state = (await engine.inspect(cid)).get("State", {})
+            sb.pid = int(state.get("Pid") or 0)
+            if sb.pid:
+                try:
+                    sb.cgroup = cgroup_of_pid(sb.pid)
+                except SandboxError:
+                    if state.get("Running"):
+                        raise
+            try:
+                yield sb
+            finally:
+                tg.cancel_scope.cancel()
+                receive.close()
+    except ImageNotFound:
+        raise
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(REMOVE_TIMEOUT_S):
+            await engine.remove(cid)
