@@ -20,10 +20,11 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
+import anyio.abc
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..errors import CommandNotFound, DockerApiError, ImageNotFound, SandboxError
+from ..errors import CommandNotFound, DockerApiError, SandboxError
 from .cgroups import Cgroup, cgroup_of_pid
 from .engine import DockerEngine, open_engine
 from .image import DEFAULT_IMAGE, HOME, canaries_of, ensure_image
@@ -79,7 +80,7 @@ def container_spec(
         "WorkingDir": config.workspace or HOME,
         "Env": [f"{k}={v}" for k, v in env.items()],
         "OpenStdin": True,
-        "StdinOnce": False,
+        "StdinOnce": True,  # our EOF on the attach stream closes the server's stdin
         "AttachStdin": True,
         "AttachStdout": True,
         "AttachStderr": True,
@@ -110,8 +111,9 @@ class SandboxStdin:
             await self._stream.write(data)
 
     async def send_eof(self) -> None:
+        # A plain socket on asyncio, a trio socket on trio: both have shutdown().
         sock = self._stream.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
+        if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_WR)
             except OSError:
@@ -231,30 +233,50 @@ async def open_sandbox(
     spec = container_spec(command, config, image, name=name, gated=gated)
     cid = await engine.create_container(f"mtguard-{name}-{os.urandom(4).hex()}", spec)
     try:
-        async with engine.attach(cid) as stream, anyio.create_task_group() as tg:
+        async with engine.attach(cid) as stream:
             send, receive = anyio.create_memory_object_stream[bytes](STDOUT_BUFFER_CHUNKS)
             sb = Sandbox(engine, cid, name, image, command, SandboxStdin(stream), receive, canaries)
             sb._stderr_limit = config.stderr_tail_bytes
-            tg.start_soon(sb._pump, stream, send)
-            try:
-                await engine.start(cid)
-            except DockerApiError as exc:
-                raise _start_error(exc, command, image) from exc
-            state = (await engine.inspect(cid)).get("State", {})
-            sb.pid = int(state.get("Pid") or 0)
-            if sb.pid:
-                try:
-                    sb.cgroup = cgroup_of_pid(sb.pid)
-                except SandboxError:
-                    if state.get("Running"):
-                        raise
-            try:
-                yield sb
-            finally:
-                tg.cancel_scope.cancel()
-                receive.close()
-    except ImageNotFound:
-        raise
+            with receive:
+                async with _unwrapped_group() as tg:
+                    tg.start_soon(sb._pump, stream, send)
+                    try:
+                        await engine.start(cid)
+                        await _resolve(sb)
+                    except DockerApiError as exc:
+                        tg.cancel_scope.cancel()
+                        raise _start_error(exc, command, image) from exc
+                    try:
+                        yield sb
+                    finally:
+                        tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(REMOVE_TIMEOUT_S):
             await engine.remove(cid)
+
+
+async def _resolve(sb: Sandbox) -> None:
+    state = (await sb.engine.inspect(sb.container_id)).get("State", {})
+    sb.pid = int(state.get("Pid") or 0)
+    if sb.pid:
+        try:
+            sb.cgroup = cgroup_of_pid(sb.pid)
+        except SandboxError:
+            if os.path.exists(f"/proc/{sb.pid}"):
+                raise  # alive but not in a cgroup v2: the monitor could not filter it
+
+
+@asynccontextmanager
+async def _unwrapped_group() -> AsyncIterator[anyio.abc.TaskGroup]:
+    """A task group whose lone failure surfaces as itself, not as an ExceptionGroup.
+
+    The only child (the pump) never raises, so a group holds just the body's exception;
+    callers of `open_sandbox` should see `CommandNotFound`, not a group around it.
+    """
+    try:
+        async with anyio.create_task_group() as tg:
+            yield tg
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from group.exceptions[0].__cause__
+        raise
