@@ -155,7 +155,7 @@ class Sandbox:
     def stderr_tail(self) -> str:
         return self._stderr.decode("utf-8", "replace")
 
-    def _add_stderr(self, data: bytes) -> None:
+    def add_stderr(self, data: bytes) -> None:
         self._stderr += data
         if len(self._stderr) > self._stderr_limit:
             del self._stderr[: len(self._stderr) - self._stderr_limit]
@@ -190,7 +190,7 @@ class Sandbox:
                         if kind == 1:
                             await out.send(payload)
                         elif kind == 2:
-                            self._add_stderr(payload)
+                            self.add_stderr(payload)
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
             except Exception as exc:  # httpcore.ReadError and friends: the connection ended

@@ -1,0 +1,85 @@
+"""The guard's configuration: one TOML file, every section optional, typos rejected.
+
+```toml
+observe = false                 # true: record every verdict, block nothing
+task = "Summarise MSFT prices"  # default task when a call carries none in _meta
+policies = ["policies/strict.toml"]
+audit_log = ".mtguard/audit.jsonl"
+call_timeout_s = 60
+[sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env
+[monitor]   settle_max_ms, ring_pages
+[llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
+[telemetry] exporter, endpoint, webhook ...
+```
+Errors name the file and line (`PolicyError`). CLI flags override file values.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import PolicyError
+from .sandbox.container import SandboxConfig
+
+# A call that has not answered in this long is abandoned: its result is withheld and the
+# server's process tree keeps being watched until settle. Long enough for a slow browser tool.
+DEFAULT_CALL_TIMEOUT_S = 120.0
+
+
+class MonitorSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    settle_max_ms: int = 1000
+    ring_pages: int = 256
+
+
+class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    observe: bool = False
+    task: str | None = None
+    policies: list[str] = msgspec.field(default_factory=list)
+    audit_log: str | None = ".mtguard/audit.jsonl"
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    monitor: MonitorSection = msgspec.field(default_factory=MonitorSection)
+    llm: dict[str, Any] | None = None  # validated by the audit layer's JudgeConfig
+    telemetry: dict[str, Any] | None = None  # validated by the telemetry layer's config
+    # Test/evaluation seam: "module:function" rewriting each approved call before dispatch,
+    # to simulate a compromised host (the paper's tool-call-hook attacks). Never set it in use.
+    dispatch_hook: str | None = None
+
+
+def load_config(path: str | Path | None) -> GuardConfig:
+    if path is None:
+        return GuardConfig()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PolicyError(str(p), None, f"cannot read the config file: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(str(p), getattr(exc, "lineno", None), str(exc).split(" (at")[0]) from exc
+    try:
+        config = msgspec.convert(data, GuardConfig)
+    except msgspec.ValidationError as exc:
+        raise PolicyError(str(p), _line_of(text, str(exc)), str(exc)) from exc
+    base = p.parent
+    config.policies = [str((base / q).resolve()) if not Path(q).is_absolute() else q
+                       for q in config.policies]
+    return config
+
+
+def _line_of(text: str, message: str) -> int | None:
+    """Best effort: the line of the key a msgspec error names (`$.sandbox.netwrk` -> netwrk)."""
+    found = re.search(r"`\$\.([\w.\[\]]+)`", message) or re.search(r"field `(\w+)`", message)
+    if not found:
+        return None
+    key = re.split(r"[.\[]", found.group(1))[-1].rstrip("]")
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    return None

@@ -1,0 +1,204 @@
+"""The guard as a library: one `Guard` per process, any number of guarded servers.
+
+    async with open_guard(load_config("mtguard.toml")) as guard:
+        async with guard.connect(["python", "server.py"], name="files") as server:
+            tools = await server.list_tools()
+            result = await server.call_tool("read_file", {"path": "a.txt"}, task="...")
+            # raises CallDenied (with the verdict and record) when the guard denies
+
+The guard owns the shared pieces (eBPF monitor, policy engine, tool pins, audit log,
+telemetry); `connect()` starts a sandbox, its upstream connection, its monitor watch and a
+`Supervisor`. The stdio proxy uses the same pieces with `handshake=False` and relays the
+host's own initialize. Runs on asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from . import __version__
+from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
+from .config import GuardConfig
+from .errors import CallDenied, GuardError, ServerExited
+from .model import AuditRecord
+from .proxy.upstream import Message, Upstream, UpstreamError
+from .sandbox import SandboxConfig, open_sandbox
+from .supervisor import DispatchHook, Supervisor
+from .telemetry import AuditLog, TelemetryConfig, open_telemetry
+
+PROTOCOL_VERSION = "2025-11-25"
+HANDSHAKE_TIMEOUT_S = 60.0  # server start-up inside the sandbox, e.g. a Python import storm
+
+
+class GuardedServer:
+    """A sandboxed server behind the guard (library view)."""
+
+    def __init__(self, supervisor: Supervisor, upstream: Upstream) -> None:
+        self.supervisor = supervisor
+        self.upstream = upstream
+        self.server_info: Message = {}
+
+    @property
+    def name(self) -> str:
+        return self.supervisor.name
+
+    async def list_tools(self) -> list[Message]:
+        return await self.supervisor.refresh_tools()
+
+    async def call_tool(
+        self, name: str, arguments: Message | None = None, *, task: str | None = None,
+        history: list[dict[str, str]] | None = None, meta: Message | None = None,
+    ) -> Message:
+        """The tool's CallToolResult, or `CallDenied` when the guard withholds it."""
+        meta = dict(meta or {})
+        if task is not None:
+            meta["mtguard/task"] = task
+        if history is not None:
+            meta["mtguard/history"] = history
+        outcome = await self.supervisor.call(name, arguments or {}, meta)
+        if outcome.denied:
+            raise CallDenied(name, _verdict_of(outcome.record), outcome.record)
+        if outcome.error is not None:
+            raise UpstreamError(int(outcome.error.get("code", -32603)), str(outcome.error.get("message")))
+        return outcome.result or {}
+
+
+def _verdict_of(record: AuditRecord) -> Any:
+    from .model import Verdict
+
+    return Verdict(decision=record.decision, phase=record.phase, violations=record.violations,
+                   llm_used=record.llm_used)
+
+
+class Guard:
+    def __init__(self, config: GuardConfig, engine: PolicyEngine, pins: ToolPins,
+                 monitor: Any, telemetry: Any, audit_log: AuditLog | None,
+                 dispatch_hook: DispatchHook | None) -> None:
+        self.config = config
+        self.engine = engine
+        self.pins = pins
+        self.monitor = monitor
+        self.telemetry = telemetry
+        self.audit_log = audit_log
+        self.dispatch_hook = dispatch_hook
+        self.observe = config.observe or engine.observe
+        self.servers: dict[str, Supervisor] = {}
+        self.records: list[AuditRecord] = []  # the last few, for embedding hosts and tests
+        self.keep_records = 1000
+
+    def tools_by_server(self) -> dict[str, list[str]]:
+        return {name: list(s.tools) for name, s in self.servers.items()}
+
+    def sink(self, record: AuditRecord, traceparent: str | None, alert: str | None) -> None:
+        if self.telemetry is not None:
+            record.trace_id = self.telemetry.emit(record, traceparent=traceparent, alert=alert)
+        if self.audit_log is not None:
+            self.audit_log.write_sync(record)
+        self.records.append(record)
+        del self.records[: -self.keep_records]
+
+    def _unique(self, name: str) -> str:
+        base, n = name, 1
+        while name in self.servers:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+    @asynccontextmanager
+    async def connect(
+        self, command: list[str], name: str | None = None, *,
+        sandbox: SandboxConfig | None = None, handshake: bool = True,
+        on_message: Callable[[Message], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[GuardedServer]:
+        name = self._unique(name or Path(command[-1]).stem or "server")
+        async with AsyncExitStack() as stack:
+            sb = await stack.enter_async_context(
+                open_sandbox(command, sandbox or self.config.sandbox, name=name, gated=True))
+            watch = None
+            if self.monitor is not None:
+                watch = await stack.enter_async_context(self.monitor.watch(sb.cgroup_id, sb.cgroup_path))
+            await sb.release()
+            upstream = Upstream(sb, on_message or _library_messages)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg.start_soon(upstream.run)
+            stack.callback(tg.cancel_scope.cancel)
+            sup = Supervisor(
+                name=name, upstream=upstream, engine=self.engine, pins=self.pins, watch=watch,
+                sink=self.sink, tools_by_server=self.tools_by_server, canaries=sb.canaries,
+                observe=self.observe, default_task=self.config.task,
+                call_timeout_s=self.config.call_timeout_s, dispatch_hook=self.dispatch_hook)
+            self.servers[name] = sup
+            stack.callback(self.servers.pop, name, None)
+            server = GuardedServer(sup, upstream)
+            if handshake:
+                server.server_info = await _handshake(upstream, " ".join(command))
+                await sup.refresh_tools()
+            yield server
+
+
+async def _library_messages(message: Message) -> None:
+    """Server-initiated traffic in library mode: nothing to relay to, so it is dropped."""
+
+
+async def _handshake(upstream: Upstream, command: str) -> Message:
+    params = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+              "clientInfo": {"name": "mtguard-rt", "version": __version__}}
+    try:
+        result = await upstream.request("initialize", params, HANDSHAKE_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise ServerExited(command, None, f"no answer to initialize within {HANDSHAKE_TIMEOUT_S:g} s") from exc
+    except UpstreamError as exc:
+        raise GuardError(f"server {command!r} refused initialize: {exc}") from exc
+    await upstream.notify("notifications/initialized")
+    return result
+
+
+@asynccontextmanager
+async def open_guard(
+    config: GuardConfig | None = None, *, dispatch_hook: DispatchHook | None = None,
+    monitor: bool = True,
+) -> AsyncIterator[Guard]:
+    config = config or GuardConfig()
+    policy = load_policy([Path(p) for p in config.policies] or None)
+    judge = None
+    if config.llm:
+        judge = LlmJudge(msgspec.convert(config.llm, JudgeConfig))
+    hook = dispatch_hook or _load_hook(config.dispatch_hook)
+    async with AsyncExitStack() as stack:
+        mon = None
+        if monitor:
+            from .monitor import MonitorConfig, open_monitor
+
+            mon = await stack.enter_async_context(open_monitor(MonitorConfig(
+                settle_max_ms=config.monitor.settle_max_ms, ring_pages=config.monitor.ring_pages)))
+        from .monitor.simplify import load_noise, simplify
+
+        noise = load_noise()
+        engine = PolicyEngine(policy, judge=judge, simplify=lambda tree: simplify(tree, noise))
+        tel_config = msgspec.convert(config.telemetry or {}, TelemetryConfig)
+        telemetry = await stack.enter_async_context(open_telemetry(tel_config))
+        audit_log = None
+        if config.audit_log:
+            audit_log = stack.enter_context(AuditLog(config.audit_log))
+        if judge is not None:
+            stack.push_async_callback(judge.aclose)
+        yield Guard(config, engine, ToolPins(policy.pinning_action), mon, telemetry, audit_log, hook)
+
+
+def _load_hook(spec: str | None) -> DispatchHook | None:
+    """`module:function` naming a dispatch hook (a test/eval seam simulating a bad host)."""
+    if not spec:
+        return None
+    module, _, attr = spec.partition(":")
+    try:
+        hook: DispatchHook = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise GuardError(f"cannot load dispatch_hook {spec!r}: {exc}") from exc
+    return hook

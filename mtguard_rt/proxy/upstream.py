@@ -1,0 +1,157 @@
+"""The JSON-RPC connection to a sandboxed MCP server (newline-delimited, over its stdio).
+
+One reader task owns the server's stdout: responses the guard waits for (its own requests
+and the `tools/call`s it relays) resolve their `ResponseSlot`; everything else goes to the
+`on_message` callback (the proxy forwards it to the host). Lines that are not JSON-RPC are
+counted and dropped, never forwarded; an oversize line is dropped whole. When the server's
+stdout ends, every pending slot fails with `ServerExited`, so no caller waits forever.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..errors import ServerExited
+from ..sandbox import Sandbox
+
+Message = dict[str, Any]
+MAX_LINE_BYTES = 64 << 20  # a 16 MB argument must pass; a runaway server must not exhaust memory
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class UpstreamError(Exception):
+    """The server answered a guard-issued request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"server error {code}: {message}")
+
+
+class ResponseSlot:
+    """Where one awaited response lands: the response message, or the reason there is none."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self.message: Message | None = None
+        self.error: BaseException | None = None
+
+    def resolve(self, message: Message | None = None, error: BaseException | None = None) -> None:
+        if not self._done.is_set():
+            self.message, self.error = message, error
+            self._done.set()
+
+    async def wait(self) -> Message:
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.message is not None
+        return self.message
+
+
+class Upstream:
+    def __init__(
+        self, sandbox: Sandbox, on_message: Callable[[Message], Awaitable[None]] | None = None
+    ) -> None:
+        self.sandbox = sandbox
+        self.on_message = on_message
+        self.garbage_lines = 0
+        self.closed = anyio.Event()
+        self._pending: dict[Any, ResponseSlot] = {}
+        self._ids = itertools.count(1)
+
+    def expect(self, request_id: Any) -> ResponseSlot:
+        """Claim the response to `request_id` before the request is sent."""
+        slot = ResponseSlot()
+        if self.closed.is_set():
+            slot.resolve(error=self._exited())
+        self._pending[request_id] = slot
+        return slot
+
+    def forget(self, request_id: Any) -> None:
+        self._pending.pop(request_id, None)
+
+    async def send(self, message: Message) -> None:
+        try:
+            await self.sandbox.stdin.send(_encoder.encode(message) + b"\n")
+        except Exception as exc:  # the attach connection is gone: the server has exited
+            raise self._exited() from exc
+
+    async def request(self, method: str, params: Message | None, timeout: float) -> Message:
+        request_id = f"mtguard-{next(self._ids)}"
+        slot = self.expect(request_id)
+        message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            await self.send(message)
+            with anyio.fail_after(timeout):
+                response = await slot.wait()
+        finally:
+            self.forget(request_id)
+        if "error" in response:
+            err = response["error"] or {}
+            raise UpstreamError(int(err.get("code", -32603)), str(err.get("message", "")))
+        result: Message = response.get("result") or {}
+        return result
+
+    async def notify(self, method: str, params: Message | None = None) -> None:
+        message: Message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+
+    def _exited(self) -> ServerExited:
+        return ServerExited(" ".join(self.sandbox.command), None, self.sandbox.stderr_tail())
+
+    async def run(self) -> None:
+        """Read the server's stdout until it ends. Run it in a task group the caller owns."""
+        buffer = bytearray()
+        dropping = False
+        try:
+            while True:
+                try:
+                    chunk = await self.sandbox.stdout.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if dropping:
+                        dropping = False
+                        continue
+                    await self._dispatch(line)
+                if len(buffer) > MAX_LINE_BYTES:
+                    self.garbage_lines += 1
+                    buffer.clear()
+                    dropping = True
+        finally:
+            self.closed.set()
+            error = self._exited()
+            for slot in list(self._pending.values()):
+                slot.resolve(error=error)
+
+    async def _dispatch(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = _decoder.decode(line)
+        except msgspec.DecodeError:
+            self.garbage_lines += 1
+            self.sandbox.add_stderr(b"[mtguard] dropped a non-JSON stdout line: " + line[:200] + b"\n")
+            return
+        if message.get("jsonrpc") != "2.0":
+            self.garbage_lines += 1
+            return
+        if "method" not in message and (slot := self._pending.pop(message.get("id"), None)):
+            slot.resolve(message)
+        elif self.on_message is not None:
+            await self.on_message(message)

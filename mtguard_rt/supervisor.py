@@ -1,0 +1,244 @@
+"""One guarded tool call, end to end: pre-audit, monitored dispatch, post-verification.
+
+A `Supervisor` owns one sandboxed server's connection, monitor watch, tool pins and a lock
+(one in-flight call per sandbox: attribution is by cgroup). `call()` never raises for a
+verdict: it returns a `CallOutcome` holding what the agent may see (the result, a denial, or a
+JSON-RPC error) and the audit record. In observe mode every verdict is recorded and nothing
+is blocked (the paper's counterfactual evaluation). Telemetry and the audit log are written
+through `sink`, off the call's critical path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+
+from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
+from .errors import ServerExited
+from .model import AuditRecord, BehaviorTree, DeclaredCall, Timings, Verdict, Violation
+from .proxy.upstream import Message, Upstream, UpstreamError
+
+RECENT_CALLS = 20  # history kept for the repeated-call rule
+TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
+
+DispatchHook = Callable[[DeclaredCall], DeclaredCall]
+RecordSink = Callable[[AuditRecord, str | None, str | None], None]
+
+
+class Window(Protocol):
+    tree: BehaviorTree
+
+    def response_arrived(self) -> None: ...
+
+
+class Watch(Protocol):
+    def window(self, call: DeclaredCall) -> AbstractAsyncContextManager[Window]: ...
+
+
+class CallOutcome(msgspec.Struct, kw_only=True):
+    record: AuditRecord
+    result: Message | None = None  # CallToolResult for the agent (possibly the denial)
+    error: Message | None = None  # JSON-RPC error object instead of a result
+    denied: bool = False
+
+
+def denial_result(tool: str, verdict: Verdict) -> Message:
+    rules = ", ".join(v.rule for v in verdict.denying) or "policy"
+    reasons = "; ".join(v.reason for v in verdict.denying)
+    text = f"mtguard denied {tool} ({verdict.phase}-execution): {rules}. {reasons}".strip()
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _ms(start: float, end: float) -> float:
+    return round((end - start) * 1000, 3)
+
+
+class _UntracedWindow:
+    def __init__(self, call: DeclaredCall) -> None:
+        self.tree = BehaviorTree(call=call, traced=False, complete=False,
+                                 incomplete_reasons=["not traced: no monitor for this server"])
+
+    def response_arrived(self) -> None:
+        pass
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        name: str,
+        upstream: Upstream,
+        engine: PolicyEngine,
+        pins: ToolPins,
+        watch: Watch | None,
+        sink: RecordSink,
+        tools_by_server: Callable[[], dict[str, list[str]]],
+        canaries: dict[str, str],
+        observe: bool = False,
+        default_task: str | None = None,
+        call_timeout_s: float = 120.0,
+        dispatch_hook: DispatchHook | None = None,
+    ) -> None:
+        self.name = name
+        self.upstream = upstream
+        self.engine = engine
+        self.pins = pins
+        self.watch = watch
+        self.sink = sink
+        self.tools_by_server = tools_by_server
+        self.canaries = canaries
+        self.observe = observe
+        self.default_task = default_task
+        self.call_timeout_s = call_timeout_s
+        self.dispatch_hook = dispatch_hook
+        self.tools: dict[str, Message] = {}
+        self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
+        self._lock = anyio.Lock()
+        self._serial = 0
+
+    # -- tools and pins -------------------------------------------------------------------
+    def observe_tools(self, tools: list[Message]) -> list[Any]:
+        """Record a tools/list answer: cache schemas, compare with the pins."""
+        self.tools = {str(t.get("name")): t for t in tools}
+        changes = self.pins.check(self.name, tools)
+        for change in changes:
+            self.sink(self._pin_record(change), None, "pinning-change")
+        return list(changes)
+
+    async def refresh_tools(self) -> list[Message]:
+        tools: list[Message] = []
+        cursor: str | None = None
+        while True:
+            params = {"cursor": cursor} if cursor else None
+            result = await self.upstream.request("tools/list", params, self.call_timeout_s)
+            tools += result.get("tools") or []
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        self.observe_tools(tools)
+        return tools
+
+    def _pin_record(self, change: Any) -> AuditRecord:
+        return AuditRecord(
+            call_id=f"{self.name}:tools/list", server=self.name, tool=str(change.tool),
+            arguments={}, decision="allow", phase=None, rules=["tool-pinning"],
+            reasons=[str(change)], mode="observe" if self.observe else "enforce",
+            timings_ms=Timings(), tree_complete=True, llm_used=False, tree=None, ts=time.time(),
+        )
+
+    # -- one call -------------------------------------------------------------------------
+    async def call(self, tool: str, arguments: Message, meta: Message | None = None,
+                   request_id: Any = None) -> CallOutcome:
+        t0 = time.perf_counter()
+        self._serial += 1
+        call = DeclaredCall(call_id=f"{self.name}-{self._serial}-{int(time.time() * 1000)}",
+                            server=self.name, tool=tool, arguments=arguments)
+        meta = meta or {}
+        task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
+        history = meta.get(HISTORY_KEY) if isinstance(meta.get(HISTORY_KEY), list) else []
+        if tool not in self.tools and not self.upstream.closed.is_set():
+            try:
+                await self.refresh_tools()
+            except (UpstreamError, ServerExited, TimeoutError):
+                pass
+        schema = strip_descriptions(self.tools.get(tool, {}).get("inputSchema") or {})
+        ctx = CallContext(call=call, task=task, history=history, input_schema=schema,
+                          tools_by_server=self.tools_by_server(), recent_calls=list(self.recent),
+                          canaries=self.canaries)
+        self.recent.append(call)
+
+        pre = await self._pre_audit(ctx)
+        t_pre = time.perf_counter()
+        timings = Timings(pre=_ms(t0, t_pre))
+        if pre.decision == "deny" and not self.observe:
+            record = self._record(call, task, pre, None, timings, t0)
+            self.sink(record, meta.get("traceparent"), None)
+            return CallOutcome(record=record, result=denial_result(tool, pre), denied=True)
+
+        dispatched = self.dispatch_hook(call) if self.dispatch_hook else call
+        response, error, tree, t_resp = await self._dispatch(call, dispatched, request_id)
+        t_settled = time.perf_counter()
+        result = (response or {}).get("result") if response else None
+        post = await self.engine.post_verify(ctx, tree, result or {})
+        t_post = time.perf_counter()
+        timings.exec = _ms(t_pre, t_resp)
+        timings.settle = _ms(t_resp, t_settled)
+        timings.post = _ms(t_settled, t_post)
+        verdict = _combine(pre, post)
+        record = self._record(call, task, verdict, tree, timings, t0, error)
+        self.sink(record, meta.get("traceparent"), None)
+        if verdict.decision == "deny" and not self.observe:
+            return CallOutcome(record=record, result=denial_result(tool, verdict), denied=True)
+        if error is not None:
+            return CallOutcome(record=record, error=error)
+        if response is not None and "error" in response:
+            return CallOutcome(record=record, error=response["error"])
+        return CallOutcome(record=record, result=result or {})
+
+    async def _pre_audit(self, ctx: CallContext) -> Verdict:
+        change = self.pins.is_blocked(self.name, ctx.call.tool)
+        if change is not None:
+            return Verdict(decision="deny", phase="pre", violations=[Violation(
+                rule="tool-pinning", phase="pre", mode="enforce",
+                reason=f"tool changed since it was pinned and is not re-approved: {change}")])
+        return await self.engine.pre_audit(ctx)
+
+    async def _dispatch(
+        self, declared: DeclaredCall, sent: DeclaredCall, request_id: Any
+    ) -> tuple[Message | None, Message | None, BehaviorTree, float]:
+        """Forward under the monitor; returns (response, error, tree, response time)."""
+        request_id = request_id if request_id is not None else f"mtguard-call-{declared.call_id}"
+        response: Message | None = None
+        error: Message | None = None
+        async with self._lock:
+            window_cm = self.watch.window(declared) if self.watch else nullcontext(
+                _UntracedWindow(declared))
+            async with window_cm as window:
+                slot = self.upstream.expect(request_id)
+                try:
+                    await self.upstream.send({
+                        "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                        "params": {"name": sent.tool, "arguments": sent.arguments}})
+                    with anyio.fail_after(self.call_timeout_s):
+                        response = await slot.wait()
+                except TimeoutError:
+                    error = {"code": -32001, "message": f"mtguard: {sent.tool} did not answer "
+                             f"within {self.call_timeout_s:g} s; its result is withheld"}
+                except ServerExited as exc:
+                    error = {"code": -32002, "message": f"mtguard: {exc}"}
+                finally:
+                    self.upstream.forget(request_id)
+                    t_resp = time.perf_counter()
+                    window.response_arrived()
+        return response, error, window.tree, t_resp
+
+    def _record(self, call: DeclaredCall, task: str | None, verdict: Verdict,
+                tree: BehaviorTree | None, timings: Timings, t0: float,
+                error: Message | None = None) -> AuditRecord:
+        timings.total = _ms(t0, time.perf_counter())
+        reasons = [v.reason for v in verdict.violations] + [f"skipped {s}" for s in verdict.skipped]
+        if error is not None:
+            reasons.append(str(error.get("message")))
+        return AuditRecord(
+            call_id=call.call_id, server=call.server, tool=call.tool, arguments=call.arguments,
+            decision=verdict.decision, phase=verdict.phase if verdict.decision == "deny" else None,
+            rules=verdict.rules, reasons=reasons, mode="observe" if self.observe else "enforce",
+            timings_ms=timings, tree_complete=tree.complete if tree else True,
+            llm_used=verdict.llm_used, tree=tree, ts=time.time() - (time.perf_counter() - t0),
+            task=task, violations=verdict.violations,
+        )
+
+
+def _combine(pre: Verdict, post: Verdict) -> Verdict:
+    """The call's verdict: deny if either phase denied; the first denying phase names it."""
+    decision = "deny" if "deny" in (pre.decision, post.decision) else "allow"
+    phase = "pre" if pre.decision == "deny" else ("post" if post.decision == "deny" else None)
+    return Verdict(decision=decision, phase=phase, violations=pre.violations + post.violations,
+                   skipped=pre.skipped + post.skipped, llm_used=pre.llm_used or post.llm_used)
+
