@@ -22,7 +22,7 @@ import msgspec
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
 from .errors import ServerExited
 from .model import AuditRecord, BehaviorTree, DeclaredCall, Timings, Verdict, Violation
-from .proxy.upstream import Message, Upstream, UpstreamError
+from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
@@ -52,7 +52,8 @@ def denial_result(tool: str, verdict: Verdict) -> Message:
     rules = ", ".join(v.rule for v in verdict.denying) or "policy"
     reasons = "; ".join(v.reason for v in verdict.denying)
     text = f"mtguard denied {tool} ({verdict.phase}-execution): {rules}. {reasons}".strip()
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    # resultType: required by the 2026-07-28 schema, ignored as an extra key by older ones.
+    return {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"}
 
 
 def _ms(start: float, end: float) -> float:
@@ -98,6 +99,7 @@ class Supervisor:
         self.call_timeout_s = call_timeout_s
         self.dispatch_hook = dispatch_hook
         self.tools: dict[str, Message] = {}
+        self.tools_stale = False  # set on list_changed: re-check the pins before the next call
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
         self._lock = anyio.Lock()
         self._serial = 0
@@ -128,13 +130,15 @@ class Supervisor:
         return AuditRecord(
             call_id=f"{self.name}:tools/list", server=self.name, tool=str(change.tool),
             arguments={}, decision="allow", phase=None, rules=["tool-pinning"],
-            reasons=[str(change)], mode="observe" if self.observe else "enforce",
+            reasons=[change.describe()], mode="observe" if self.observe else "enforce",
             timings_ms=Timings(), tree_complete=True, llm_used=False, tree=None, ts=time.time(),
         )
 
     # -- one call -------------------------------------------------------------------------
     async def call(self, tool: str, arguments: Message, meta: Message | None = None,
-                   request_id: Any = None) -> CallOutcome:
+                   request_id: Any = None, params: Message | None = None) -> CallOutcome:
+        """Guard one call. `params` is the host's raw request params, forwarded (minus our
+        `mtguard/*` meta keys) so protocol stamps reach the server."""
         t0 = time.perf_counter()
         self._serial += 1
         call = DeclaredCall(call_id=f"{self.name}-{self._serial}-{int(time.time() * 1000)}",
@@ -142,7 +146,8 @@ class Supervisor:
         meta = meta or {}
         task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
         history = meta.get(HISTORY_KEY) if isinstance(meta.get(HISTORY_KEY), list) else []
-        if tool not in self.tools and not self.upstream.closed.is_set():
+        if (self.tools_stale or tool not in self.tools) and not self.upstream.closed.is_set():
+            self.tools_stale = False
             try:
                 await self.refresh_tools()
             except (UpstreamError, ServerExited, TimeoutError):
@@ -162,7 +167,12 @@ class Supervisor:
             return CallOutcome(record=record, result=denial_result(tool, pre), denied=True)
 
         dispatched = self.dispatch_hook(call) if self.dispatch_hook else call
-        response, error, tree, t_resp = await self._dispatch(call, dispatched, request_id)
+        wire = {k: v for k, v in (params or {}).items() if k not in ("name", "arguments", "_meta")}
+        forwarded_meta = {k: v for k, v in meta.items() if not k.startswith("mtguard/")}
+        if forwarded_meta:
+            wire["_meta"] = forwarded_meta
+        wire |= {"name": dispatched.tool, "arguments": dispatched.arguments}
+        response, error, tree, t_resp = await self._dispatch(call, wire, request_id)
         t_settled = time.perf_counter()
         result = (response or {}).get("result") if response else None
         post = await self.engine.post_verify(ctx, tree, result or {})
@@ -190,7 +200,7 @@ class Supervisor:
         return await self.engine.pre_audit(ctx)
 
     async def _dispatch(
-        self, declared: DeclaredCall, sent: DeclaredCall, request_id: Any
+        self, declared: DeclaredCall, params: Message, request_id: Any
     ) -> tuple[Message | None, Message | None, BehaviorTree, float]:
         """Forward under the monitor; returns (response, error, tree, response time)."""
         request_id = request_id if request_id is not None else f"mtguard-call-{declared.call_id}"
@@ -202,16 +212,17 @@ class Supervisor:
             async with window_cm as window:
                 slot = self.upstream.expect(request_id)
                 try:
-                    await self.upstream.send({
-                        "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                        "params": {"name": sent.tool, "arguments": sent.arguments}})
+                    await self.upstream.send({"jsonrpc": "2.0", "id": request_id,
+                                              "method": "tools/call", "params": params})
                     with anyio.fail_after(self.call_timeout_s):
                         response = await slot.wait()
                 except TimeoutError:
-                    error = {"code": -32001, "message": f"mtguard: {sent.tool} did not answer "
+                    error = {"code": -32001, "message": f"mtguard: {params['name']} did not answer "
                              f"within {self.call_timeout_s:g} s; its result is withheld"}
                 except ServerExited as exc:
                     error = {"code": -32002, "message": f"mtguard: {exc}"}
+                except RequestCancelled as exc:
+                    error = {"code": -32800, "message": f"mtguard: {exc}"}
                 finally:
                     self.upstream.forget(request_id)
                     t_resp = time.perf_counter()

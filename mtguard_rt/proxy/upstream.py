@@ -35,6 +35,10 @@ class UpstreamError(Exception):
         super().__init__(f"server error {code}: {message}")
 
 
+class RequestCancelled(Exception):
+    """The host cancelled a relayed request; no response is awaited any more."""
+
+
 class ResponseSlot:
     """Where one awaited response lands: the response message, or the reason there is none."""
 
@@ -74,6 +78,11 @@ class Upstream:
             slot.resolve(error=self._exited())
         self._pending[request_id] = slot
         return slot
+
+    def cancel(self, request_id: Any, why: str) -> None:
+        slot = self._pending.pop(request_id, None)
+        if slot is not None:
+            slot.resolve(error=RequestCancelled(why))
 
     def forget(self, request_id: Any) -> None:
         self._pending.pop(request_id, None)

@@ -1,0 +1,89 @@
+"""`mtguard proxy [options] -- SERVER_CMD...`: guard one MCP server for a host over stdio."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "proxy",
+        help="serve MCP on stdio; run SERVER_CMD in the sandbox and guard every tools/call",
+        description="Drop-in for a host's mcpServers entry: "
+        '"command": "mtguard", "args": ["proxy", "--", "npx", "some-server"]',
+    )
+    add_guard_options(p)
+    p.add_argument("--name", help="server name in audit records (default: from the command)")
+    p.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_CMD...")
+    p.set_defaults(func=handler)
+
+
+def add_guard_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="guard config file (TOML)")
+    p.add_argument("--policy", action="append", default=[], metavar="FILE",
+                   help="policy file; repeat to layer (default: the balanced preset)")
+    p.add_argument("--audit-log", help="JSON Lines audit log (default .mtguard/audit.jsonl)")
+    p.add_argument("--observe", action="store_true", help="record verdicts, block nothing")
+    p.add_argument("--image", help="sandbox image (default: mtguard-rt/sandbox, built offline)")
+    p.add_argument("--network", choices=["none", "host"], help="sandbox network (default none)")
+    p.add_argument("--workspace", help="host directory mounted read-write in the sandbox")
+    p.add_argument("--mount", action="append", default=[], metavar="DIR",
+                   help="extra host directory mounted read-only (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment variable for the sandboxed server (repeatable)")
+    p.add_argument("--task", help="task text for calls that carry none in _meta")
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    import os
+
+    from ..config import load_config
+    from ..errors import GuardError
+
+    config = load_config(args.config)
+    if args.policy:
+        config.policies = [os.path.abspath(p) for p in args.policy]
+    if args.audit_log:
+        config.audit_log = args.audit_log
+    if args.observe:
+        config.observe = True
+    if args.image:
+        config.sandbox.image = args.image
+    if args.network:
+        config.sandbox.network = args.network
+    if args.workspace:
+        if not os.path.isdir(args.workspace):
+            raise GuardError(f"--workspace {args.workspace!r} is not a directory")
+        config.sandbox.workspace = os.path.abspath(args.workspace)
+    config.sandbox.mounts += [os.path.abspath(m) for m in args.mount]
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise GuardError(f"--env wants KEY=VALUE, got {item!r}")
+        config.sandbox.env[key] = value
+    if args.task:
+        config.task = args.task
+    return config
+
+
+def server_command(args: argparse.Namespace) -> list[str]:
+    from ..errors import GuardError
+
+    command = list(args.server)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise GuardError("no server command: use `mtguard proxy [options] -- SERVER_CMD...`")
+    return command
+
+
+def handler(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..proxy.stdio import serve_stdio
+
+    config = config_from_args(args)
+    command = server_command(args)
+    trio.run(lambda: serve_stdio(config, command, name=args.name))
+    return 0

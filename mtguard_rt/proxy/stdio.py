@@ -1,0 +1,161 @@
+"""`mtguard proxy`: an MCP stdio server for the host that relays to the sandboxed server.
+
+Everything that is not `tools/call` passes through both ways untouched (initialize,
+tools/list, resources, prompts, pings, progress, cancellation, logging, list_changed, and
+server-initiated requests). Each `tools/call` runs through the `Supervisor` in its own task,
+so a slow call never blocks pings or other traffic. `tools/list` answers are pinned on the
+way back, and a `list_changed` triggers a re-check of the pins. Malformed host lines get a
+JSON-RPC error and the proxy keeps serving; when the server dies, later requests get a clear
+error. The host side uses the MCP SDK's stdio transport.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+from ..config import GuardConfig
+from ..errors import ServerExited
+from ..guard import GuardedServer, open_guard
+from .upstream import Message, UpstreamError
+
+# After the host closes stdin, in-flight calls get this long to finish and be recorded.
+HOST_EOF_GRACE_S = 5.0
+
+
+def _log(text: str) -> None:
+    print(f"mtguard: {text}", file=sys.stderr, flush=True)
+
+
+class Relay:
+    def __init__(self, write: Any) -> None:
+        self.write = write
+        self.server: GuardedServer | None = None
+        self.list_requests: dict[Any, bool] = {}  # id -> whether it asked for a later page
+        self.in_flight: set[Any] = set()
+        self.cancelled: set[Any] = set()
+        self.idle = anyio.Event()
+        self.idle.set()
+        self.dropped_from_server = 0
+
+    async def send(self, message: Message) -> None:
+        try:
+            parsed = types.jsonrpc_message_adapter.validate_python(message)
+        except ValueError:
+            self.dropped_from_server += 1
+            _log(f"dropped a message the host could not parse: {str(message)[:200]}")
+            return
+        await self.write.send(SessionMessage(parsed))
+
+    async def error(self, request_id: Any, code: int, text: str) -> None:
+        await self.send({"jsonrpc": "2.0", "id": request_id,
+                         "error": {"code": code, "message": text}})
+
+    # -- host -> server ---------------------------------------------------------------------
+    async def from_host(self, message: Message, tg: anyio.abc.TaskGroup) -> None:
+        assert self.server is not None
+        method, request_id = message.get("method"), message.get("id")
+        if method == "tools/call" and request_id is not None:
+            params = message.get("params") or {}
+            if not isinstance(params.get("name"), str) or not isinstance(params.get("arguments", {}), dict):
+                await self.error(request_id, -32602, "tools/call needs params.name (string) "
+                                 "and params.arguments (object)")
+                return
+            self.in_flight.add(request_id)
+            self.idle = anyio.Event()
+            tg.start_soon(self._call, request_id, params)
+            return
+        if method == "notifications/cancelled":
+            target = (message.get("params") or {}).get("requestId")
+            if target in self.in_flight:
+                self.cancelled.add(target)
+                self.server.upstream.cancel(target, "cancelled by the host")
+        if method == "tools/list" and request_id is not None:
+            self.list_requests[request_id] = bool((message.get("params") or {}).get("cursor"))
+        await self._forward(message)
+
+    async def _forward(self, message: Message) -> None:
+        assert self.server is not None
+        try:
+            await self.server.upstream.send(message)
+        except ServerExited as exc:
+            if "method" in message and message.get("id") is not None:
+                await self.error(message["id"], -32002, f"mtguard: {exc}")
+
+    async def _call(self, request_id: Any, params: Message) -> None:
+        assert self.server is not None
+        try:
+            meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else None
+            outcome = await self.server.supervisor.call(
+                params["name"], params.get("arguments") or {}, meta, request_id=request_id,
+                params=params)
+            if request_id in self.cancelled:
+                return  # the host gave up on it; the spec says no response follows
+            if outcome.error is not None:
+                await self.send({"jsonrpc": "2.0", "id": request_id, "error": outcome.error})
+            else:
+                await self.send({"jsonrpc": "2.0", "id": request_id, "result": outcome.result})
+            if outcome.denied:
+                _log(f"denied {params['name']}: {', '.join(outcome.record.rules)}")
+        finally:
+            self.in_flight.discard(request_id)
+            self.cancelled.discard(request_id)
+            if not self.in_flight:
+                self.idle.set()
+
+    # -- server -> host ---------------------------------------------------------------------
+    async def from_server(self, message: Message) -> None:
+        assert self.server is not None
+        request_id = message.get("id")
+        if "method" not in message and request_id in self.list_requests:
+            paged = self.list_requests.pop(request_id)
+            result = message.get("result") or {}
+            if not paged and not result.get("nextCursor"):
+                self.server.supervisor.observe_tools(result.get("tools") or [])
+        elif message.get("method") == "notifications/tools/list_changed":
+            self.server.supervisor.tools_stale = True
+        await self.send(message)
+
+
+async def serve_stdio(
+    config: GuardConfig, command: list[str], *, name: str | None = None,
+    stdin: Any = None, stdout: Any = None,
+) -> None:
+    """Serve one host over stdio until it closes stdin."""
+    async with stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
+        relay = Relay(write_stream)
+        async with open_guard(config) as guard:
+            async with guard.connect(command, name, handshake=False,
+                                     on_message=relay.from_server) as server:
+                relay.server = server
+                _log(f"guarding {' '.join(command)!r} in sandbox "
+                     f"{server.upstream.sandbox.container_id[:12]} "
+                     f"({'observe' if guard.observe else 'enforce'} mode, audit log "
+                     f"{config.audit_log or 'off'})")
+                async with anyio.create_task_group() as tg:
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            await _host_parse_error(relay, item)
+                            continue
+                        message = item.message.model_dump(by_alias=True, exclude_unset=True)
+                        await relay.from_host(message, tg)
+                    with anyio.move_on_after(HOST_EOF_GRACE_S):
+                        await relay.idle.wait()
+                    tg.cancel_scope.cancel()
+
+
+async def _host_parse_error(relay: Relay, exc: Exception) -> None:
+    kinds = {e.get("type") for e in getattr(exc, "errors", lambda: [])()}
+    if "json_invalid" in kinds:
+        await relay.error(None, -32700, "Parse error: the line is not valid JSON")
+    else:
+        await relay.error(None, -32600, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+__all__ = ["Relay", "UpstreamError", "serve_stdio"]
