@@ -32,11 +32,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except GuardError as exc:
-        print(f"mtguard: error: {exc}", file=sys.stderr)
+    except (GuardError, BaseExceptionGroup) as exc:
+        error = _guard_error(exc)
+        if error is None:
+            raise
+        print(f"mtguard: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _guard_error(exc: BaseException) -> GuardError | None:
+    """The GuardError inside (possibly nested) task-group exception groups, if any."""
+    if isinstance(exc, GuardError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _guard_error(inner)) is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

@@ -182,6 +182,7 @@ class Supervisor:
         timings.post = _ms(t_settled, t_post)
         verdict = _combine(pre, post)
         record = self._record(call, task, verdict, tree, timings, t0, error)
+        record.request_id = None if request_id is None else str(request_id)
         self.sink(record, meta.get("traceparent"), None)
         if verdict.decision == "deny" and not self.observe:
             return CallOutcome(record=record, result=denial_result(tool, verdict), denied=True)

@@ -68,6 +68,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
+    import os
+
     from ..errors import GuardError
 
     command = list(args.server)
@@ -75,6 +77,8 @@ def server_command(args: argparse.Namespace) -> list[str]:
         command = command[1:]
     if not command:
         raise GuardError("no server command: use `mtguard proxy [options] -- SERVER_CMD...`")
+    if "/" in command[0] and not os.path.isabs(command[0]):
+        command[0] = os.path.abspath(command[0])  # the sandbox's working directory differs
     return command
 
 

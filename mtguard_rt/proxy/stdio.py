@@ -39,6 +39,7 @@ class Relay:
         self.server: GuardedServer | None = None
         self.list_requests: dict[Any, bool] = {}  # id -> whether it asked for a later page
         self.in_flight: set[Any] = set()
+        self.forwarded: set[Any] = set()  # host request ids relayed and not yet answered
         self.cancelled: set[Any] = set()
         self.idle = anyio.Event()
         self.idle.set()
@@ -82,11 +83,27 @@ class Relay:
 
     async def _forward(self, message: Message) -> None:
         assert self.server is not None
+        is_request = "method" in message and message.get("id") is not None
         try:
+            if self.server.upstream.closed.is_set():
+                raise self.server.upstream.exited()
+            if is_request:
+                self.forwarded.add(message["id"])
             await self.server.upstream.send(message)
         except ServerExited as exc:
-            if "method" in message and message.get("id") is not None:
+            if is_request:
+                self.forwarded.discard(message["id"])
                 await self.error(message["id"], -32002, f"mtguard: {exc}")
+
+    async def server_gone(self) -> None:
+        """The server's stdout ended: answer every relayed request still waiting."""
+        assert self.server is not None
+        await self.server.upstream.closed.wait()
+        exc = self.server.upstream.exited()
+        _log(f"the server exited: {exc}")
+        for request_id in sorted(self.forwarded, key=str):
+            await self.error(request_id, -32002, f"mtguard: {exc}")
+        self.forwarded.clear()
 
     async def _call(self, request_id: Any, params: Message) -> None:
         assert self.server is not None
@@ -113,6 +130,8 @@ class Relay:
     async def from_server(self, message: Message) -> None:
         assert self.server is not None
         request_id = message.get("id")
+        if "method" not in message:
+            self.forwarded.discard(request_id)
         if "method" not in message and request_id in self.list_requests:
             paged = self.list_requests.pop(request_id)
             result = message.get("result") or {}
@@ -139,6 +158,7 @@ async def serve_stdio(
                      f"({'observe' if guard.observe else 'enforce'} mode, audit log "
                      f"{config.audit_log or 'off'})")
                 async with anyio.create_task_group() as tg:
+                    tg.start_soon(relay.server_gone)
                     async for item in read_stream:
                         if isinstance(item, Exception):
                             await _host_parse_error(relay, item)

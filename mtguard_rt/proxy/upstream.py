@@ -75,7 +75,7 @@ class Upstream:
         """Claim the response to `request_id` before the request is sent."""
         slot = ResponseSlot()
         if self.closed.is_set():
-            slot.resolve(error=self._exited())
+            slot.resolve(error=self.exited())
         self._pending[request_id] = slot
         return slot
 
@@ -91,7 +91,7 @@ class Upstream:
         try:
             await self.sandbox.stdin.send(_encoder.encode(message) + b"\n")
         except Exception as exc:  # the attach connection is gone: the server has exited
-            raise self._exited() from exc
+            raise self.exited() from exc
 
     async def request(self, method: str, params: Message | None, timeout: float) -> Message:
         request_id = f"mtguard-{next(self._ids)}"
@@ -117,7 +117,7 @@ class Upstream:
             message["params"] = params
         await self.send(message)
 
-    def _exited(self) -> ServerExited:
+    def exited(self) -> ServerExited:
         return ServerExited(" ".join(self.sandbox.command), None, self.sandbox.stderr_tail())
 
     async def run(self) -> None:
@@ -144,7 +144,7 @@ class Upstream:
                     dropping = True
         finally:
             self.closed.set()
-            error = self._exited()
+            error = self.exited()
             for slot in list(self._pending.values()):
                 slot.resolve(error=error)
 

@@ -34,6 +34,7 @@ from .lifecycle import OWNER_LABEL, owner_token, prune_stale
 REMOVE_TIMEOUT_S = 15.0
 STDOUT_BUFFER_CHUNKS = 64  # chunks (each <= one attach frame) buffered before back-pressure
 READ_SIZE = 65536
+INIT = "/usr/bin/docker-init"  # Debian's docker.io ships tini-static under this name
 
 
 class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -73,6 +74,10 @@ def container_spec(
     if gated:
         # `read` consumes exactly one line from the pipe; the server then owns stdin.
         cmd = ["/bin/sh", "-c", 'read -r _ || exit 0; exec "$@"', "mtguard-gate", *cmd]
+    if config.runtime_mounts and os.path.exists(INIT):
+        # tini as pid 1 (from the host's /usr): the server gets normal signal semantics (a
+        # pid 1 ignores SIGKILL from inside) and orphaned grandchildren are reaped.
+        cmd = [INIT, "--", *cmd]
     return {
         "Image": image,
         "Cmd": cmd,
@@ -202,7 +207,7 @@ class Sandbox:
 
 def _start_error(exc: DockerApiError, command: list[str], image: str) -> SandboxError:
     msg = exc.message
-    if "executable file not found" in msg or "no such file or directory" in msg:
+    if "executable file not found" in msg or f'exec: "{command[0]}"' in msg:
         return CommandNotFound(command[0], image, msg.rsplit(":", 1)[-1].strip())
     return exc
 
