@@ -12,9 +12,13 @@
     │   └── MonitorLost            the event stream broke
     ├── AuditError
     │   ├── JudgeTimeout
-    │   └── JudgeProtocolError     the LLM answered something that is not a verdict
+    │   ├── JudgeProtocolError     the LLM answered something that is not a verdict
+    │   └── JudgeUnavailable       the LLM endpoint is unreachable or answered an HTTP error
     ├── PolicyError                a policy/config file is invalid (file and line)
-    └── CallDenied                 carries the verdict; raised by the library API only
+    ├── TelemetryError             telemetry cannot be set up (exporter choice, paths)
+    │   └── AuditLogError          an audit log line is malformed (file and line)
+    ├── CallDenied                 carries the verdict; raised by the library API only
+    └── CorpusError                the eval's attack corpus is missing or malformed
 
 Foreign errors (httpx, bcc's bare Exception, OSError) are translated once at the seam that
 meets them, with `raise X from exc`.
@@ -134,3 +138,34 @@ class CallDenied(GuardError):
         self.record = record
         rules = ", ".join(v.rule for v in verdict.denying) or "policy"
         super().__init__(f"mtguard denied {tool} ({verdict.phase}): {rules}")
+
+
+class TelemetryError(GuardError):
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(f"telemetry: {why}")
+
+
+class AuditLogError(TelemetryError):
+    def __init__(self, path: str, line: int, why: str) -> None:
+        self.path = path
+        self.line = line
+        GuardError.__init__(self, f"{path}:{line}: not an audit record: {why}")
+        self.why = why
+
+
+class JudgeUnavailable(AuditError):
+    def __init__(self, url: str, why: str) -> None:
+        self.url = url
+        self.why = why
+        super().__init__(f"the LLM judge at {url} is unavailable: {why}")
+
+
+class CorpusError(GuardError):
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        self.why = why
+        super().__init__(
+            f"attack corpus {path}: {why} (set MTGUARD_CORPUS_DIR or pass the corpus path; the "
+            "MCP-SafetyBench cases live in ../shared/corpora/mcp-safetybench beside the repo)"
+        )

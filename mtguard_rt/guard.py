@@ -88,7 +88,7 @@ class Guard:
         self.telemetry = telemetry
         self.audit_log = audit_log
         self.dispatch_hook = dispatch_hook
-        self.observe = config.observe or engine.observe
+        self.observe = config.observe
         self.servers: dict[str, Supervisor] = {}
         self.records: list[AuditRecord] = []  # the last few, for embedding hosts and tests
         self.keep_records = 1000
@@ -182,6 +182,10 @@ async def open_guard(
 
         noise = load_noise()
         engine = PolicyEngine(policy, judge=judge, simplify=lambda tree: simplify(tree, noise))
+        # Observe mode (flag or policy) is applied by the supervisor, after the verdict: the
+        # record keeps the would-be decision (the paper's counterfactual), nothing is blocked.
+        observe = config.observe or engine.observe
+        engine.observe = False
         tel_config = msgspec.convert(config.telemetry or {}, TelemetryConfig)
         telemetry = await stack.enter_async_context(open_telemetry(tel_config))
         audit_log = None
@@ -189,6 +193,7 @@ async def open_guard(
             audit_log = stack.enter_context(AuditLog(config.audit_log))
         if judge is not None:
             stack.push_async_callback(judge.aclose)
+        config = msgspec.structs.replace(config, observe=observe)
         yield Guard(config, engine, ToolPins(policy.pinning_action), mon, telemetry, audit_log, hook)
 
 

@@ -107,6 +107,7 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     window_end_ns: int = 0
     wall_offset_ns: int = 0  # add to a *_ns value to get Unix time in ns
     traced: bool = True  # False when there was nothing to trace (e.g. a remote upstream)
+    omitted: dict[str, int] = msgspec.field(default_factory=dict)  # simplify(): left out, per rule
 
     def children(self, key: str | None) -> list[ProcessNode]:
         return [p for p in self.processes if p.parent == key]
@@ -170,6 +171,8 @@ class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=False):
     task: str | None = None
     violations: list[Violation] = msgspec.field(default_factory=list)
     trace_id: str | None = None
+    result: Any = None  # tool result content; filled only when the config opts in to content
+    request_id: str | None = None  # the host's JSON-RPC request id, when the call had one
 
 
 tree_encoder = msgspec.json.Encoder()

@@ -194,11 +194,13 @@ class Supervisor:
 
     async def _pre_audit(self, ctx: CallContext) -> Verdict:
         change = self.pins.is_blocked(self.name, ctx.call.tool)
-        if change is not None:
-            return Verdict(decision="deny", phase="pre", violations=[Violation(
-                rule="tool-pinning", phase="pre", mode="enforce",
-                reason=f"tool changed since it was pinned and is not re-approved: {change}")])
-        return await self.engine.pre_audit(ctx)
+        pinned = self.engine.pinning_verdict(change) if change is not None else None
+        if pinned is not None and pinned.decision == "deny":
+            return pinned
+        verdict = await self.engine.pre_audit(ctx)
+        if pinned is not None and pinned.violations:
+            verdict.violations = pinned.violations + verdict.violations
+        return verdict
 
     async def _dispatch(
         self, declared: DeclaredCall, params: Message, request_id: Any

@@ -42,7 +42,9 @@ class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     network: Literal["none", "host"] = "none"
     workspace: str | None = None  # host directory mounted read-write at the same path
     mounts: list[str] = msgspec.field(default_factory=list)  # extra read-only host paths
-    runtime_mounts: bool = True  # /usr and the guard's Python environment, read-only
+    # /usr and the guard's Python environment, read-only. None: on for the default image
+    # (it holds no programs of its own), off for an image chosen with `image`.
+    runtime_mounts: bool | None = None
     user: str = "1000:1000"
     memory_mb: int = 1024
     pids_limit: int = 512
@@ -59,22 +61,50 @@ def runtime_paths() -> list[str]:
     return paths
 
 
+def uses_runtime_mounts(config: SandboxConfig) -> bool:
+    return config.runtime_mounts if config.runtime_mounts is not None else config.image is None
+
+
+def search_path() -> list[str]:
+    return [f"{sys.prefix}/bin", "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+
+
+def check_command(command: list[str], config: SandboxConfig, image: str) -> None:
+    """With host mounts, what the sandbox can run is what the host has: check it up front
+    (inside, a missing program would only surface as the server exiting)."""
+    visible = [*runtime_paths(), *config.mounts, *([config.workspace] if config.workspace else [])]
+    program = command[0]
+    if "/" in program:
+        candidates = [program if os.path.isabs(program) else os.path.join(config.workspace or HOME, program)]
+    else:
+        candidates = [os.path.join(d, program) for d in search_path()]
+    for path in candidates:
+        real = os.path.realpath(path)
+        if os.path.isfile(real) and os.access(real, os.X_OK):
+            if any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
+                return
+            raise CommandNotFound(program, image, f"{real} is not under a mounted directory; "
+                                  "add its directory with --mount")
+    raise CommandNotFound(program, image)
+
+
 def container_spec(
     command: list[str], config: SandboxConfig, image: str, *, name: str, gated: bool
 ) -> dict[str, Any]:
     binds = []
-    if config.runtime_mounts:
+    runtime = uses_runtime_mounts(config)
+    if runtime:
         binds += [f"{p}:{p}:ro" for p in runtime_paths() if os.path.isdir(p)]
     binds += [f"{p}:{p}:ro" for p in config.mounts]
     if config.workspace:
         binds.append(f"{config.workspace}:{config.workspace}:rw")
-    path = ":".join([f"{sys.prefix}/bin", "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+    path = ":".join(search_path())
     env = {"HOME": HOME, "USER": "mtguard", "PATH": path, "LANG": "C.UTF-8", **config.env}
     cmd = list(command)
     if gated:
         # `read` consumes exactly one line from the pipe; the server then owns stdin.
         cmd = ["/bin/sh", "-c", 'read -r _ || exit 0; exec "$@"', "mtguard-gate", *cmd]
-    if config.runtime_mounts and os.path.exists(INIT):
+    if runtime and os.path.exists(INIT):
         # tini as pid 1 (from the host's /usr): the server gets normal signal semantics (a
         # pid 1 ignores SIGKILL from inside) and orphaned grandchildren are reaped.
         cmd = [INIT, "--", *cmd]
@@ -235,6 +265,8 @@ async def open_sandbox(
     else:
         image = config.image
     canaries = canaries_of(await engine.image_inspect(image))
+    if uses_runtime_mounts(config):
+        check_command(command, config, image)
     spec = container_spec(command, config, image, name=name, gated=gated)
     cid = await engine.create_container(f"mtguard-{name}-{os.urandom(4).hex()}", spec)
     try:

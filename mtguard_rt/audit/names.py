@@ -1,0 +1,95 @@
+"""Confusable tool names: a skeleton that folds case, separators and look-alike characters.
+
+Two names are confusable when their skeletons are equal (`Read-File`, `read_file`,
+`re\u0430d_file` with a Cyrillic a, `read_fi1e`) or within a small edit distance. A name
+*captures* another when it is that name plus a persuasive affix (`send_email_v2`,
+`secure_send_email`), built to win the model's choice over the original.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+# Look-alikes NFKC does not fold (Cyrillic, Greek, Latin variants, digits and symbols),
+# written as escapes so the source itself is unambiguous.
+_LOOKALIKE = (
+    "\u0430\u0432\u0435\u0451\u043a\u043c\u043d\u043e\u0440\u0441\u0442\u0443"
+    "\u0445\u0455\u0456\u0457\u0458\u0501\u0261\u051b\u051d\u03b1\u03b2\u03b5"
+    "\u03b7\u03b9\u03ba\u03bd\u03bf\u03c1\u03c4\u03c5\u03c7\u03c9\u0131\u0142"
+    "01345789|!$@"
+)
+_PLAIN = "abeekmhopctyxsiijdgqwabenikvoptuxwiloleastbglisa"
+_HOMOGLYPHS = str.maketrans(_LOOKALIKE, _PLAIN)
+_SEPARATORS = re.compile(r"[\s_\-.:/\\]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+@lru_cache(maxsize=4096)
+def skeleton(name: str) -> str:
+    """The name as a reader would perceive it: folded, separator-free, homoglyphs mapped."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    text = _SEPARATORS.sub("", text.lower().translate(_HOMOGLYPHS))
+    text = text.replace("rn", "m").replace("vv", "w").replace("cl", "d")
+    return text.replace("i", "l")
+
+
+@lru_cache(maxsize=4096)
+def words_of(name: str) -> tuple[str, ...]:
+    """The words of an identifier: `sendEmail_v2` -> ['send', 'email', 'v2']."""
+    text = _CAMEL.sub(" ", unicodedata.normalize("NFKC", name))
+    return tuple(w for w in _SEPARATORS.split(text.lower()) if w)
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Damerau-Levenshtein (optimal string alignment) distance, capped at limit + 1."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, start=1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, start=1):
+            cost = 0 if ca == cb else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def confusable(a: str, b: str, max_distance: int, min_length: int) -> str | None:
+    """Why `a` and `b` can be mistaken for each other, or None."""
+    if a == b:
+        return "identical name"
+    sa, sb = skeleton(a), skeleton(b)
+    if sa == sb:
+        if a.lower() == b.lower():
+            return "differs only in case"
+        if _SEPARATORS.sub("", a.lower()) == _SEPARATORS.sub("", b.lower()):
+            return "differs only in separators"
+        return "look-alike characters"
+    if min(len(sa), len(sb)) >= min_length:
+        d = edit_distance(sa, sb, max_distance)
+        if d <= max_distance:
+            return f"edit distance {d}"
+    return None
+
+
+def captures(name: str, other: str, affixes: frozenset[str]) -> bool:
+    """True when `name` is `other` plus only persuasive affix words (either end)."""
+    mine, theirs = words_of(name), words_of(other)
+    if not theirs or len(mine) <= len(theirs):
+        return False
+    target = [skeleton(w) for w in theirs]
+    folded = [skeleton(w) for w in mine]
+    n = len(target)
+    for start in range(len(folded) - n + 1):
+        if folded[start : start + n] == target:
+            extra = (*mine[:start], *mine[start + n :])
+            return all(w in affixes for w in extra)
+    return False

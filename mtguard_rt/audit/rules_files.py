@@ -1,0 +1,99 @@
+"""Post-execution file rules: canaries, sensitive reads, persistence writes.
+
+Pure functions of `(ctx, view, result, policy)`. Canaries are exact paths (a write-only
+canary such as ~/.bashrc fires on modification only) plus marker strings searched in the
+result, also base64-encoded. Sensitive and persistence matches use the policy's targeted
+globs and ignore paths the declared arguments name (those were the pre-audit's to judge).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ..model import Violation
+from .context import CallContext
+from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
+from .rules_pre import violation
+from .text import iter_strings, names_path
+from .treeview import TreeView, describe, is_write, label
+
+
+def _b64_forms(marker: str) -> list[str]:
+    """Substrings that any base64 encoding of `marker` contains, whatever its offset."""
+    data = marker.encode()
+    forms = []
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + data).decode()
+        start = (pad * 4 + 2) // 3 + 1
+        forms.append(enc[start : len(enc) - 4])
+    return [f for f in forms if len(f) >= 8]
+
+
+def result_text(result: dict[str, Any]) -> str:
+    return "\n".join(text for _, text in iter_strings(result))
+
+
+def canary_touched(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    ev_lines: list[str] = []
+    for hit in view.matching(CANARY):
+        assert hit.canary is not None
+        if policy.canary_write_only.matches(hit.canary) and not is_write(hit.event):
+            continue
+        ev_lines.append(f"{label(hit.proc)} {hit.event.op} {hit.path} {describe(hit.event)}")
+    if ctx.canaries:
+        text = result_text(result)
+        for canary, marker in ctx.canaries.items():
+            if marker and marker in text:
+                ev_lines.append(f"the result contains the marker of canary {canary}")
+            elif marker and any(f in text for f in _b64_forms(marker)):
+                ev_lines.append(f"the result contains the base64 marker of canary {canary}")
+    if not ev_lines:
+        return []
+    return [
+        violation("canary-touched", policy, "post", "a canary credential was touched", ev_lines)
+    ]
+
+
+def sensitive_file_read(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    ev_lines = [
+        f"{label(h.proc)} opened {h.path} {describe(h.event)}"
+        for h in view.matching(SENSITIVE)
+        if h.event.op == "open" and h.canary is None and not names_path(ctx.arg_texts, h.path)
+    ]
+    if not ev_lines:
+        return []
+    return [
+        violation(
+            "sensitive-file-read",
+            policy,
+            "post",
+            "a sensitive file the arguments do not name was opened",
+            ev_lines,
+        )
+    ]
+
+
+def persistence_write(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    ev_lines = [
+        f"{label(h.proc)} {h.event.op} {h.path} {describe(h.event)}"
+        for h in view.matching(PERSISTENCE)
+        if is_write(h.event) and not names_path(ctx.arg_texts, h.path)
+    ]
+    if not ev_lines:
+        return []
+    return [
+        violation(
+            "persistence-write",
+            policy,
+            "post",
+            "a persistence location the arguments do not name was modified",
+            ev_lines,
+        )
+    ]

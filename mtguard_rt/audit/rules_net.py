@@ -1,0 +1,102 @@
+"""Post-execution network and completeness rules.
+
+A destination is derived when its DNS name (or the name that resolved to its address) is
+allowlisted or named by the arguments or the task, or when the address itself is written
+there. Resolver traffic on allowed ports passes; the names it resolves are still checked.
+Incomplete trees and children that outlive the call are reported under their own rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import BehaviorTree, DnsEvent, Violation
+from .context import CallContext
+from .patterns import canonical_ip, domain_within, is_loopback, normalize_domain
+from .policy import Policy
+from .rules_pre import violation
+from .text import bare_hosts, url_hosts
+from .treeview import TreeView, label
+
+
+def _all_dns(tree: BehaviorTree) -> list[tuple[str, DnsEvent]]:
+    out = [(f"{label(p)}", d) for p in tree.processes for d in p.dns]
+    out.extend(("unattributed" if d.pid is None else f"pid {d.pid}", d) for d in tree.dns)
+    return out
+
+
+def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:
+    names = set(policy.allowed_domains) | set(ctx.task_hosts)
+    for text in ctx.arg_texts:
+        names.update(url_hosts(text))
+        names.update(bare_hosts(text, None))
+    return {normalize_domain(n) for n in names}
+
+
+def unexpected_network(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    tree = view.tree
+    if not tree.traced:
+        return []
+    spec = policy.spec.rules.unexpected_network
+    names = allowed_names(ctx, policy)
+    ips = set(policy.allowed_addresses)
+    ips.update(ip for n in names if (ip := canonical_ip(n)) is not None)
+    ev: list[str] = []
+    seen_names: set[str] = set()
+    for who, d in _all_dns(tree):
+        name = normalize_domain(d.name)
+        if domain_within(name, names):
+            ips.update(ip for a in d.answers if (ip := canonical_ip(a)) is not None)
+        elif d.direction == "query" and name not in seen_names:
+            seen_names.add(name)
+            ev.append(f"{who} looked up {name} ({d.qtype})")
+    for p in tree.processes:
+        for n in p.net:
+            if n.op != "connect":
+                continue
+            ip = canonical_ip(n.address) or n.address
+            if ip in ips or n.port in spec.allowed_ports:
+                continue
+            if spec.allow_loopback and is_loopback(ip):
+                continue
+            failed = f" (failed {n.result})" if n.result < 0 else ""
+            ev.append(f"{label(p)} connected to {ip}:{n.port}{failed}")
+    if not ev:
+        return []
+    return [
+        violation(
+            "unexpected-network",
+            policy,
+            "post",
+            "network destinations not derived from the arguments, task or allowlist",
+            ev,
+        )
+    ]
+
+
+def incomplete_tree(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    tree = view.tree
+    ev = [f"tree incomplete: {why}" for why in tree.incomplete_reasons]
+    if not tree.complete and not ev:
+        ev.append("tree incomplete (no reason given)")
+    ev.extend(f"{kind}: {n} events dropped" for kind, n in tree.drops.items() if n)
+    ev.extend(
+        f"{label(p)} ({p.command_line[:120]}) still running after the call"
+        for p in tree.processes
+        if p.still_running and p.learned == "observed"
+    )
+    if not ev:
+        return []
+    return [
+        violation(
+            "incomplete-tree",
+            policy,
+            "post",
+            "the behavior tree is incomplete or the call left processes running",
+            ev,
+        )
+    ]

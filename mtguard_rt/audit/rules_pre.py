@@ -1,0 +1,220 @@
+"""Pre-execution rules (the paper's seven) over the declared call: pure functions.
+
+Each rule takes `(ctx, policy)` and returns zero or one `Violation` (all its evidence in one
+record, each line naming the argument and the exact text). Rules that compare against the
+user's intent (`NEEDS_TASK`) are skipped by the engine when the call has no task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+
+from ..model import DeclaredCall, Violation
+from .context import CallContext
+from .names import captures, confusable
+from .patterns import canonical_ip, domain_within
+from .policy import Policy
+from .text import bare_hosts, leaf_key, url_hosts
+
+MAX_EVIDENCE = 10
+_canonical = msgspec.json.Encoder(order="sorted", enc_hook=str)
+
+
+def violation(rule: str, policy: Policy, phase: str, reason: str, evidence: list[str]) -> Violation:
+    return Violation(
+        rule=rule,
+        phase="pre" if phase == "pre" else "post",
+        mode=policy.mode_of(rule),
+        reason=reason,
+        evidence=evidence[:MAX_EVIDENCE],
+    )
+
+
+def _snip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _texts(ctx: CallContext, min_length: int) -> Iterator[tuple[str, str]]:
+    """(where, text) for every argument string and every payload decoded from one."""
+    for key, text in ctx.arg_items:
+        yield f"argument {key!r}", text
+    for key, enc, dec in ctx.decoded(min_length):
+        yield f"argument {key!r} (decoded from {enc})", dec
+
+
+def sensitive_file_arg(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Arguments that name a sensitive file, or already carry secret material (a canary's
+    marker, private-key or cloud-key patterns): exfiltration through the call itself."""
+    ev: list[str] = []
+    for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
+        if hit := policy.sensitive_args.mention(text):
+            ev.append(f"{where} names {hit!r}")
+        for path, marker in ctx.canaries.items():
+            if marker and marker in text:
+                ev.append(f"{where} carries the content of canary {path}")
+        if policy.secrets is not None and (m := policy.secrets.search(text)):
+            ev.append(f"{where} carries secret material {_snip(m.group(0), 40)!r}")
+    if not ev:
+        return []
+    reason = "arguments name a sensitive file or carry secret material"
+    return [violation("sensitive-file-arg", policy, "pre", reason, ev)]
+
+
+def dangerous_shell(ctx: CallContext, policy: Policy) -> list[Violation]:
+    ev: list[str] = []
+    for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
+        lowered = text.lower()
+        for pattern in policy.shell_patterns:
+            if m := pattern.search(text, lowered):
+                ev.append(f"{where}: {pattern.name}: {_snip(m.group(0))!r}")
+    return (
+        [
+            violation(
+                "dangerous-shell", policy, "pre", "arguments hold a dangerous shell command", ev
+            )
+        ]
+        if ev
+        else []
+    )
+
+
+def ssh_persistence(ctx: CallContext, policy: Policy) -> list[Violation]:
+    ev: list[str] = []
+    for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
+        if hit := policy.ssh_paths.mention(text):
+            ev.append(f"{where} names {hit!r}")
+        elif policy.ssh_keys is not None and (m := policy.ssh_keys.search(text)):
+            ev.append(f"{where} holds SSH key material or target {_snip(m.group(0), 60)!r}")
+    return (
+        [violation("ssh-persistence", policy, "pre", "arguments would plant SSH access", ev)]
+        if ev
+        else []
+    )
+
+
+def off_task_url(ctx: CallContext, policy: Policy) -> list[Violation]:
+    task_hosts = ctx.task_hosts
+    task_text = (ctx.task_text or "").lower()
+    ev: list[str] = []
+    for key, text in ctx.arg_items:
+        for host in dict.fromkeys([*url_hosts(text), *bare_hosts(text, policy.bare_tlds)]):
+            if domain_within(host, policy.allowed_domains) or domain_within(host, task_hosts):
+                continue
+            if any(domain_within(t, [host]) for t in task_hosts):
+                continue  # the task names a subdomain of it
+            if canonical_ip(host) is not None and host in task_text:
+                continue
+            ev.append(
+                f"argument {key!r} points to {host!r}, named neither by the task nor the allowlist"
+            )
+    return (
+        [
+            violation(
+                "off-task-url", policy, "pre", "arguments reach a domain the task does not name", ev
+            )
+        ]
+        if ev
+        else []
+    )
+
+
+def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Across servers: the same or a confusable name. On any server (the same included): a
+    look-alike of another tool (case, separators, homoglyphs) or a name built to capture
+    another tool's calls. Near names on one server (`get_user`, `get_users`) are normal."""
+    spec = policy.spec.rules.shadowed_tool
+    affixes = frozenset(a.lower() for a in spec.capture_affixes)
+    tool, server = ctx.call.tool, ctx.call.server
+    ev: list[str] = []
+    for other_server, names in ctx.tools_by_server.items():
+        same = other_server == server
+        for other in names:
+            if same and other == tool:
+                continue
+            why = confusable(tool, other, spec.max_edit_distance, spec.min_length)
+            if same and why is not None and why.startswith("edit distance"):
+                why = None
+            if why is None and captures(tool, other, affixes):
+                why = "built to capture its calls (the same name plus a persuasive affix)"
+            if why is not None:
+                ev.append(f"tool {tool!r} on {server!r} vs {other!r} on {other_server!r}: {why}")
+    if not ev:
+        return []
+    reason = "the tool name shadows or imitates another tool"
+    return [violation("shadowed-tool", policy, "pre", reason, ev)]
+
+
+def _mentioned(token: str, ctx: CallContext, policy: Policy) -> bool:
+    low = token.lower()
+    if low in ctx.task_words or low in (ctx.task_text or "").lower():
+        return True
+    return bool(policy.aliases.get(token.upper(), set()) & ctx.task_words)
+
+
+def task_entity_mismatch(ctx: CallContext, policy: Policy) -> list[Violation]:
+    ev: list[str] = []
+    for kind, token_rx, keys, anywhere in policy.entities:
+        found: dict[str, str] = {}
+        for key, text in ctx.arg_items:
+            if keys is not None and keys.match(leaf_key(key).lower()):
+                for token in text.replace(",", " ").replace(";", " ").split():
+                    if token_rx.fullmatch(token) or token_rx.fullmatch(token.upper()):
+                        found.setdefault(token, key)
+            if anywhere is not None:
+                for m in anywhere.finditer(text):
+                    found.setdefault(m.group(0).lstrip("$"), key)
+        ev.extend(
+            f"argument {key!r} holds {kind} {token!r}, which the task never mentions"
+            for token, key in found.items()
+            if not _mentioned(token, ctx, policy)
+        )
+    return (
+        [
+            violation(
+                "task-entity-mismatch",
+                policy,
+                "pre",
+                "arguments name entities the task does not",
+                ev,
+            )
+        ]
+        if ev
+        else []
+    )
+
+
+def _call_key(call: DeclaredCall, policy: Policy) -> str:
+    args = call.arguments
+    if policy.navigation_tools is not None and policy.navigation_tools.match(call.tool.lower()):
+        nav = {k: v for k, v in args.items() if k.lower() in policy.navigation_arguments}
+        args = nav or args
+    return f"{call.server}\0{call.tool}\0{_canonical.encode(args).decode()}"
+
+
+def repeated_call(ctx: CallContext, policy: Policy) -> list[Violation]:
+    spec = policy.spec.rules.repeated_call
+    recent = [c for c in ctx.recent_calls if c.call_id != ctx.call.call_id][-spec.window :]
+    key = _call_key(ctx.call, policy)
+    same = sum(1 for c in recent if _call_key(c, policy) == key)
+    if same + 1 < spec.threshold:
+        return []
+    ev = [
+        f"{same + 1} identical calls of {ctx.call.tool!r} within the last {len(recent) + 1} calls"
+    ]
+    return [
+        violation("repeated-call", policy, "pre", "the same call repeats (a loop or a flood)", ev)
+    ]
+
+
+PRE_RULES = (
+    ("sensitive-file-arg", sensitive_file_arg),
+    ("dangerous-shell", dangerous_shell),
+    ("ssh-persistence", ssh_persistence),
+    ("off-task-url", off_task_url),
+    ("shadowed-tool", shadowed_tool),
+    ("task-entity-mismatch", task_entity_mismatch),
+    ("repeated-call", repeated_call),
+)
+NEEDS_TASK = frozenset({"off-task-url", "task-entity-mismatch"})

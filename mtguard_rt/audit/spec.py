@@ -1,0 +1,187 @@
+"""The policy file schema: msgspec structs, every field defaulted, unknown keys rejected.
+
+A policy file is TOML: `[guard]` (global mode, pinning action), `[lists]` (vocabularies
+several rules share: sensitive paths, persistence locations, allowlisted domains, shells,
+command-running tools) and one `[rules.<id>]` table per rule with its `mode` and its own
+lists. Every field has a default so a layer may set only what it changes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from ..model import Mode
+
+PinAction = Literal["deny", "observe", "allow"]
+
+
+class _Strict(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class GuardSpec(_Strict):
+    mode: Literal["enforce", "observe"] = "enforce"
+    pinning_action: PinAction = "deny"
+
+
+class ListsSpec(_Strict):
+    sensitive_paths: list[str] = msgspec.field(default_factory=list)
+    persistence_paths: list[str] = msgspec.field(default_factory=list)
+    allowed_domains: list[str] = msgspec.field(default_factory=list)
+    shells: list[str] = msgspec.field(default_factory=list)
+    interpreters: list[str] = msgspec.field(default_factory=list)
+    command_tools: list[str] = msgspec.field(default_factory=list)  # globs on tool names
+    command_arguments: list[str] = msgspec.field(default_factory=list)  # keys holding a command
+
+
+class NamedPattern(_Strict):
+    name: str
+    regex: str
+    # Lower-case literals one of which every match contains: the regex runs only on text
+    # (lower-cased) that holds one, which keeps long arguments and results cheap to scan.
+    triggers: list[str] = msgspec.field(default_factory=list)
+
+
+class EntitySpec(_Strict):
+    name: str
+    pattern: str  # a token of this kind (matched whole, case-sensitive)
+    keys: list[str] = msgspec.field(default_factory=list)  # argument keys (globs) to look in
+    anywhere: str | None = None  # a regex that finds it in any argument text (e.g. $TSLA)
+
+
+class RuleSpec(_Strict):
+    mode: Mode = "enforce"
+
+
+class SensitiveFileArgSpec(RuleSpec):
+    extra_paths: list[str] = msgspec.field(default_factory=list)
+    secret_patterns: list[str] = msgspec.field(default_factory=list)  # key material in args
+
+
+class ResultInjectionSpec(RuleSpec):
+    mode: Mode = "observe"
+    patterns: list[NamedPattern] = msgspec.field(default_factory=list)
+
+
+class DangerousShellSpec(RuleSpec):
+    patterns: list[NamedPattern] = msgspec.field(default_factory=list)
+    decode_min_length: int = 16  # shortest base64/hex run worth decoding
+
+
+class SshPersistenceSpec(RuleSpec):
+    paths: list[str] = msgspec.field(default_factory=list)
+    key_patterns: list[str] = msgspec.field(default_factory=list)
+
+
+class OffTaskUrlSpec(RuleSpec):
+    bare_domain_tlds: list[str] = msgspec.field(default_factory=list)
+
+
+class ShadowedToolSpec(RuleSpec):
+    max_edit_distance: int = 1
+    min_length: int = 5  # names shorter than this are compared for equality only
+    capture_affixes: list[str] = msgspec.field(default_factory=list)
+
+
+class TaskEntitySpec(RuleSpec):
+    entities: list[EntitySpec] = msgspec.field(default_factory=list)
+    aliases: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class RepeatedCallSpec(RuleSpec):
+    threshold: int = 3
+    window: int = 20
+    navigation_tools: list[str] = msgspec.field(default_factory=list)
+    navigation_arguments: list[str] = msgspec.field(default_factory=list)
+
+
+class CanarySpec(RuleSpec):
+    write_only: list[str] = msgspec.field(default_factory=list)
+
+
+class CommandMismatchSpec(RuleSpec):
+    wrappers: list[str] = msgspec.field(default_factory=list)  # e.g. env, nohup, timeout
+
+
+class PrivilegeEscalationSpec(RuleSpec):
+    programs: list[str] = msgspec.field(default_factory=list)
+    paths: list[str] = msgspec.field(default_factory=list)
+    command_patterns: list[str] = msgspec.field(default_factory=list)
+    setuid_chmod: bool = True
+
+
+class UnexpectedNetworkSpec(RuleSpec):
+    allow_loopback: bool = False
+    allowed_addresses: list[str] = msgspec.field(default_factory=list)
+    allowed_ports: list[int] = msgspec.field(default_factory=list)  # e.g. 53 (resolver)
+
+
+class IncompleteTreeSpec(RuleSpec):
+    mode: Mode = "observe"
+
+
+class LlmJudgeSpec(RuleSpec):
+    policies: list[str] = msgspec.field(default_factory=list)  # natural-language policies
+
+
+class RulesSpec(_Strict):
+    sensitive_file_arg: SensitiveFileArgSpec = msgspec.field(
+        name="sensitive-file-arg", default_factory=SensitiveFileArgSpec
+    )
+    dangerous_shell: DangerousShellSpec = msgspec.field(
+        name="dangerous-shell", default_factory=DangerousShellSpec
+    )
+    ssh_persistence: SshPersistenceSpec = msgspec.field(
+        name="ssh-persistence", default_factory=SshPersistenceSpec
+    )
+    off_task_url: OffTaskUrlSpec = msgspec.field(
+        name="off-task-url", default_factory=OffTaskUrlSpec
+    )
+    shadowed_tool: ShadowedToolSpec = msgspec.field(
+        name="shadowed-tool", default_factory=ShadowedToolSpec
+    )
+    task_entity_mismatch: TaskEntitySpec = msgspec.field(
+        name="task-entity-mismatch", default_factory=TaskEntitySpec
+    )
+    repeated_call: RepeatedCallSpec = msgspec.field(
+        name="repeated-call", default_factory=RepeatedCallSpec
+    )
+    canary_touched: CanarySpec = msgspec.field(name="canary-touched", default_factory=CanarySpec)
+    sensitive_file_read: RuleSpec = msgspec.field(
+        name="sensitive-file-read", default_factory=RuleSpec
+    )
+    persistence_write: RuleSpec = msgspec.field(name="persistence-write", default_factory=RuleSpec)
+    unexpected_shell: RuleSpec = msgspec.field(name="unexpected-shell", default_factory=RuleSpec)
+    command_mismatch: CommandMismatchSpec = msgspec.field(
+        name="command-mismatch", default_factory=CommandMismatchSpec
+    )
+    privilege_escalation: PrivilegeEscalationSpec = msgspec.field(
+        name="privilege-escalation", default_factory=PrivilegeEscalationSpec
+    )
+    unexpected_network: UnexpectedNetworkSpec = msgspec.field(
+        name="unexpected-network", default_factory=UnexpectedNetworkSpec
+    )
+    result_injection: ResultInjectionSpec = msgspec.field(
+        name="result-injection", default_factory=ResultInjectionSpec
+    )
+    incomplete_tree: IncompleteTreeSpec = msgspec.field(
+        name="incomplete-tree", default_factory=IncompleteTreeSpec
+    )
+    llm_judge: LlmJudgeSpec = msgspec.field(name="llm-judge", default_factory=LlmJudgeSpec)
+
+    def mode_of(self, rule_id: str) -> Mode:
+        spec: RuleSpec = getattr(self, rule_id.replace("-", "_"))
+        return spec.mode
+
+
+class PolicySpec(_Strict):
+    extends: str | None = None  # a preset this file layers over ("balanced", ..., "none")
+    description: str = ""
+    guard: GuardSpec = msgspec.field(default_factory=GuardSpec)
+    lists: ListsSpec = msgspec.field(default_factory=ListsSpec)
+    rules: RulesSpec = msgspec.field(default_factory=RulesSpec)
+
+
+RULE_IDS: tuple[str, ...] = tuple(f.encode_name for f in msgspec.structs.fields(RulesSpec))

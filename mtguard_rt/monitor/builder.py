@@ -1,0 +1,334 @@
+"""Fold a stream of `RawEvent`s of one cgroup into a `BehaviorTree` for one call window.
+
+Pure logic, no I/O except the optional `lookup` for a pid first seen mid-window, so tree
+building replays recorded fixtures without root. Identity is (pid, start time): a fork of a
+pid that is already known starts a new node. `live_spawned()` counts processes that began
+during the window and have not exited: settling waits for it to reach zero.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Literal
+
+from ..model import (
+    BehaviorTree,
+    DeclaredCall,
+    DnsEvent,
+    ExecEvent,
+    FileEvent,
+    FileOp,
+    NetEvent,
+    ProcessNode,
+)
+from .decode import RawEvent, Recording
+from .dns import decode_dns
+from .kinds import BLIND_SPOTS, Flag, Kind
+from .paths import AT_FDCWD, FsState, text
+from .procfs import SeedProcess
+
+O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
+AT_REMOVEDIR = 0x200
+FAMILIES: dict[int, Literal["ipv4", "ipv6"]] = {2: "ipv4", 10: "ipv6"}
+PATH_OPS: dict[int, FileOp] = {
+    Kind.UNLINK: "unlink",
+    Kind.RMDIR: "rmdir",
+    Kind.MKDIR: "mkdir",
+    Kind.CHMOD: "chmod",
+}
+
+Lookup = Callable[[int], SeedProcess | None]
+
+
+def open_flags(flags: int) -> list[str]:
+    acc = flags & O_ACCMODE
+    out = ["read"] if acc in (0, 2) else []
+    if acc in (1, 2):
+        out.append("write")
+    if flags & O_CREAT:
+        out.append("create")
+    if flags & O_TRUNC:
+        out.append("truncate")
+    return out
+
+
+def ip_text(family: int, addr: bytes) -> str:
+    if family == 2:
+        return str(ipaddress.IPv4Address(addr[:4]))
+    return str(ipaddress.IPv6Address(addr[:16]))
+
+
+# plain ints on the hot path: IntFlag arithmetic costs a microsecond per event
+F_TRUNC1, F_TRUNC2, F_LEN_PARTIAL = int(Flag.TRUNC1), int(Flag.TRUNC2), int(Flag.LEN_PARTIAL)
+F_HAS_CODE, F_BYFD = int(Flag.HAS_CODE), int(Flag.BYFD)
+K_OPEN, K_CLOSE = int(Kind.OPEN), int(Kind.CLOSE)
+_flag_cache: dict[int, list[str]] = {}
+
+
+def _open_flags_cached(flags: int) -> list[str]:
+    out = _flag_cache.get(flags)
+    if out is None:
+        out = _flag_cache[flags] = open_flags(flags)
+    return list(out)
+
+
+class _Proc:
+    __slots__ = ("alive", "fs", "node", "spawned")
+
+    def __init__(self, node: ProcessNode, fs: FsState, spawned: bool) -> None:
+        self.node = node
+        self.fs = fs
+        self.spawned = spawned
+        self.alive = True
+
+
+class TreeBuilder:
+    def __init__(self, call: DeclaredCall, start_ns: int, lookup: Lookup | None = None) -> None:
+        self.call = call
+        self.start_ns = start_ns
+        self._lookup = lookup
+        self._procs: dict[int, _Proc] = {}
+        self._order: list[_Proc] = []
+        self._dns: list[DnsEvent] = []
+        self._dns_servers: dict[tuple[int, int], str] = {}
+        self.events = 0
+        self.blind_spots: list[str] = []  # why the tree cannot be complete, beyond loss
+
+    # -- seeding ---------------------------------------------------------------
+    def seed(self, sp: SeedProcess, learned: str = "seeded", spawned: bool = False) -> _Proc:
+        node = ProcessNode(
+            key=f"{sp.pid}@{sp.start_ns}",
+            pid=sp.pid,
+            ppid=sp.ppid,
+            exe=sp.exe,
+            argv=sp.argv,
+            cwd=sp.cwd,
+            uid=sp.uid,
+            start_ns=sp.start_ns,
+            learned="seeded" if learned == "seeded" else "observed",
+        )
+        parent = self._procs.get(sp.ppid)
+        if parent is not None:
+            node.parent = parent.node.key
+        proc = _Proc(node, FsState(sp.cwd, sp.fds), spawned)
+        self._procs[sp.pid] = proc
+        self._order.append(proc)
+        return proc
+
+    def _proc(self, ev: RawEvent) -> _Proc:
+        proc = self._procs.get(ev.pid)
+        if proc is not None:
+            return proc
+        sp = self._lookup(ev.pid) if self._lookup else None
+        if sp is None:
+            sp = SeedProcess(ev.pid, 0, ev.ts_ns, "", [], None, ev.uid)
+        # first seen mid-window (e.g. moved into the cgroup): new activity, it holds settling
+        return self.seed(sp, learned="observed", spawned=True)
+
+    # -- events ----------------------------------------------------------------
+    def apply(self, ev: RawEvent) -> None:
+        self.events += 1
+        kind = ev.kind
+        if kind == Kind.FORK:
+            self._fork(ev)
+            return
+        if kind in (Kind.DNS_SEND, Kind.DNS_RECV):
+            # attributed when the sender is a known process, else the tree's DNS branch
+            self._dns_event(self._procs.get(ev.pid), ev)
+            return
+        proc = self._proc(ev)
+        node = proc.node
+        if kind == K_OPEN:
+            path, ok = proc.fs.resolve(ev.a0, ev.s1, bool(ev.flags & F_TRUNC1))
+            flags = _open_flags_cached(ev.a1)
+            node.files.append(
+                FileEvent(
+                    ts_ns=ev.ts_ns,
+                    op="open",
+                    path=path,
+                    resolved=ok,
+                    flags=flags,
+                    mode=ev.a2 if "create" in flags else None,
+                    result=ev.ret,
+                )
+            )
+            if ev.ret >= 0:
+                proc.fs.opened(ev.ret, path, ok)
+        elif kind == K_CLOSE:
+            proc.fs.closed(ev.a0)
+        elif kind == Kind.DUP:
+            proc.fs.duped(ev.a0, ev.ret)
+        elif kind == Kind.EXEC:
+            path, _ok = proc.fs.resolve(ev.a0, ev.s1, bool(ev.flags & F_TRUNC1))
+            argv = [text(a) for a in ev.s2.split(b"\0")] if ev.a2 else []
+            node.execs.append(
+                ExecEvent(
+                    ts_ns=ev.ts_ns,
+                    path=path,
+                    argv=argv,
+                    argv_truncated=bool(ev.flags & (F_TRUNC2 | F_LEN_PARTIAL)),
+                    argv_len=ev.a1,
+                )
+            )
+        elif kind == Kind.EXEC_RESULT:
+            if node.execs and node.execs[-1].result == 0:
+                last = node.execs[-1]
+                if ev.ret < 0:
+                    last.result = ev.ret
+                else:
+                    node.exe, node.argv, node.argv_truncated = (
+                        last.path,
+                        last.argv,
+                        last.argv_truncated,
+                    )
+                    node.uid = ev.uid  # a set-uid program changes it at exec
+        elif kind == Kind.BLIND:
+            what = BLIND_SPOTS.get(ev.a0, str(ev.a0))
+            self.blind_spots.append(
+                f"process {node.pid} ({node.exe or '?'}) called {what}: "
+                "operations through it are not traced"
+            )
+        elif kind == Kind.EXIT:
+            proc.alive = False
+            node.end_ns = ev.ts_ns
+            if ev.flags & F_HAS_CODE:
+                node.exit_code = ev.a0 & 0xFF
+        elif kind in (Kind.UNLINK, Kind.RMDIR, Kind.MKDIR, Kind.CHMOD, Kind.CHDIR):
+            self._path_op(proc, ev)
+        elif kind == Kind.RENAME:
+            src, ok1 = proc.fs.resolve(ev.a0, ev.s1, bool(ev.flags & F_TRUNC1))
+            dst, ok2 = proc.fs.resolve(ev.a1, ev.s2, bool(ev.flags & F_TRUNC2))
+            node.files.append(
+                FileEvent(
+                    ts_ns=ev.ts_ns,
+                    op="rename",
+                    path=src,
+                    target=dst,
+                    resolved=ok1 and ok2,
+                    result=ev.ret,
+                )
+            )
+        elif kind in (Kind.CONNECT, Kind.ACCEPT):
+            family = FAMILIES.get(ev.a1)
+            if family is None:
+                return
+            address = ip_text(ev.a1, ev.addr)
+            if kind == Kind.CONNECT and ev.a2 == 53:
+                self._dns_servers[(ev.pid, ev.a0)] = f"{address}:53"
+            node.net.append(
+                NetEvent(
+                    ts_ns=ev.ts_ns,
+                    op="connect" if kind == Kind.CONNECT else "accept",
+                    family=family,
+                    address=address,
+                    port=ev.a2,
+                    result=ev.ret,
+                )
+            )
+
+    def _fork(self, ev: RawEvent) -> None:
+        parent = self._proc(ev)
+        child_pid = ev.a0
+        existing = self._procs.get(child_pid)
+        if (
+            existing is not None
+            and existing.node.learned == "seeded"
+            and existing.alive
+            and (ev.ts_ns >= self.start_ns)
+        ):
+            # forked after the window opened but caught by the seeding snapshot: it is new
+            node = existing.node
+            node.learned, node.start_ns = "observed", ev.ts_ns
+            node.key, node.parent, node.ppid = f"{child_pid}@{ev.ts_ns}", parent.node.key, ev.pid
+            existing.spawned = True
+            return
+        pn = parent.node
+        node = ProcessNode(
+            key=f"{child_pid}@{ev.ts_ns}",
+            pid=child_pid,
+            ppid=ev.pid,
+            parent=pn.key,
+            exe=pn.exe,
+            argv=list(pn.argv),
+            argv_truncated=pn.argv_truncated,
+            cwd=parent.fs.cwd,
+            uid=ev.uid,
+            start_ns=ev.ts_ns,
+        )
+        proc = _Proc(node, parent.fs.fork(), spawned=True)
+        self._procs[child_pid] = proc
+        self._order.append(proc)
+
+    def _path_op(self, proc: _Proc, ev: RawEvent) -> None:
+        kind = ev.kind
+        if ev.flags & F_BYFD:
+            path, ok = proc.fs.fd_path(ev.a3)
+        else:
+            dirfd = AT_FDCWD if kind == Kind.CHDIR else ev.a0
+            path, ok = proc.fs.resolve(dirfd, ev.s1, bool(ev.flags & F_TRUNC1))
+        op: FileOp = PATH_OPS.get(kind, "chdir")
+        if kind == Kind.UNLINK and ev.a1 & AT_REMOVEDIR:
+            op = "rmdir"
+        mode = ev.a2 if kind in (Kind.MKDIR, Kind.CHMOD) else None
+        proc.node.files.append(
+            FileEvent(ts_ns=ev.ts_ns, op=op, path=path, resolved=ok, mode=mode, result=ev.ret)
+        )
+        if kind == Kind.CHDIR and ev.ret == 0:
+            proc.fs.cwd = path if ok else None
+            proc.node.cwd = proc.fs.cwd
+
+    def _dns_event(self, proc: _Proc | None, ev: RawEvent) -> None:
+        family = FAMILIES.get(ev.a1)
+        if family is not None:
+            server: str | None = f"{ip_text(ev.a1, ev.addr)}:{ev.a2}"
+        else:
+            server = self._dns_servers.get((ev.pid, ev.a0))
+        dns = decode_dns(ev.s1, ev.ts_ns, server, ev.pid)
+        if dns is None:
+            dns = DnsEvent(
+                ts_ns=ev.ts_ns,
+                qtype="?",
+                name="<malformed>",
+                server=server,
+                pid=ev.pid,
+                direction="query" if ev.kind == Kind.DNS_SEND else "response",
+            )
+        if proc is None:
+            self._dns.append(dns)
+        else:
+            proc.node.dns.append(dns)
+
+    # -- settling and result -----------------------------------------------------
+    def live_spawned(self) -> int:
+        return sum(1 for p in self._order if p.spawned and p.alive)
+
+    def build(
+        self, end_ns: int, reasons: list[str], drops: dict[str, int], wall_offset_ns: int
+    ) -> BehaviorTree:
+        for proc in self._order:
+            proc.node.still_running = proc.spawned and proc.alive
+        reasons = [*reasons, *self.blind_spots]
+        return BehaviorTree(
+            call=self.call,
+            processes=[p.node for p in self._order],
+            dns=self._dns,
+            complete=not reasons,
+            incomplete_reasons=reasons,
+            drops=drops,
+            window_start_ns=self.start_ns,
+            window_end_ns=end_ns,
+            wall_offset_ns=wall_offset_ns,
+        )
+
+
+def replay(rec: Recording, end_ns: int | None = None) -> BehaviorTree:
+    """Rebuild a window's tree from its recording (no /proc lookups: fixtures are hermetic)."""
+    builder = TreeBuilder(rec.call, rec.start_ns)
+    for sp in rec.seeds:
+        builder.seed(sp)
+    for ev in rec.events:
+        if ev.ts_ns >= rec.start_ns:
+            builder.apply(ev)
+    last = rec.events[-1].ts_ns if rec.events else rec.start_ns
+    return builder.build(end_ns or last, [], {}, 0)

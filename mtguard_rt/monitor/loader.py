@@ -1,0 +1,153 @@
+"""Compile and load bpf/monitor.bpf.c with bcc, once per process; the only bcc importer.
+
+`load_program()` returns a `BpfProgram`: the cgroup filter map, per-kind drop counters,
+the ring buffer (its pollable map fd plus a synchronous `consume()` through libbpf's
+consumer). bcc's bare `Exception`s are translated here into `BpfLoadError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import BpfLoadError
+from .decode import EventDecoder
+from .kinds import EV_MAX, Kind, bpf_cflags
+
+RawCallback = Callable[[bytes], None]
+
+
+def bpf_dir() -> Path:
+    """The folder holding monitor.bpf.c: the source tree's bpf/, or the wheel's _bpf/."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here.parent / "bpf", here / "_bpf"):
+        if (candidate / "monitor.bpf.c").is_file():
+            return candidate
+    raise BpfLoadError(f"monitor.bpf.c is in neither {here.parent / 'bpf'} nor {here / '_bpf'}")
+
+
+def compiled_source(ring_pages: int) -> str:
+    """The C as compiled: the -D definitions, then the header and the program."""
+    d = bpf_dir()
+    defs = "\n".join("#define " + flag[2:].replace("=", " ", 1) for flag in bpf_cflags(ring_pages))
+    return f"{defs}\n{(d / 'events.h').read_text()}\n{(d / 'monitor.bpf.c').read_text()}"
+
+
+class BpfProgram:
+    """The loaded monitor. Not thread-safe: use it from the event loop thread only."""
+
+    def __init__(self, bpf: Any, load_s: float, ring_pages: int) -> None:
+        self._bpf = bpf
+        self.load_s = load_s
+        self.ring_pages = ring_pages
+        self._cgroups = bpf["cgroups"]
+        self._drops = bpf["drops"]
+        self._ring = bpf["events"]
+        self.ring_fd: int = int(self._ring.map_fd)
+        self.decoder = EventDecoder(self.event_class())
+        self._sink: RawCallback | None = None
+        # libbpf's consumer (through libbcc) with our own ctypes callback: bcc's Python
+        # wrapper adds a frame per record. Opened once; `set_sink` only reroutes.
+        from bcc.libbcc import _RINGBUF_CB_TYPE  # type: ignore[import-untyped]
+
+        def on_raw(_ctx: Any, data: int, size: int) -> int:
+            sink = self._sink
+            if sink is not None:
+                sink(ctypes.string_at(data, size))
+            return 0
+
+        self._callback = _RINGBUF_CB_TYPE(on_raw)
+        bpf._open_ring_buffer(self.ring_fd, self._callback)
+        self._drops_mm = mmap.mmap(self._drops.map_fd, mmap.PAGESIZE, mmap.MAP_SHARED,
+                                   mmap.PROT_READ)  # fmt: skip
+        self._drops_fmt = struct.Struct(f"{EV_MAX}Q")  # native: one load per counter
+
+    def event_class(self) -> type[ctypes.Structure]:
+        from bcc.table import _get_event_class  # type: ignore[import-untyped]
+
+        cls: type[ctypes.Structure] = _get_event_class(self._ring)
+        return cls
+
+    def add_cgroup(self, cgroup_id: int) -> None:
+        self._cgroups[self._cgroups.Key(cgroup_id)] = self._cgroups.Leaf(1)
+
+    def remove_cgroup(self, cgroup_id: int) -> None:
+        try:
+            del self._cgroups[self._cgroups.Key(cgroup_id)]
+        except KeyError:
+            pass
+
+    def drops(self) -> dict[str, int]:
+        """Failed ring-buffer reservations since load, per event kind (only non-zero ones)."""
+        counts = self._drops_fmt.unpack_from(self._drops_mm, 0)
+        return {kind.name.lower(): counts[kind] for kind in Kind if counts[kind]}
+
+    def has_sink(self) -> bool:
+        return self._sink is not None
+
+    def set_sink(self, on_record: RawCallback | None) -> None:
+        """Route every record (its raw bytes) to `on_record`; None discards them."""
+        self._sink = on_record
+
+    def consume(self) -> None:
+        """Read every record available now (synchronous, never blocks)."""
+        self._bpf.ring_buffer_consume()
+
+    def close(self) -> None:
+        self._drops_mm.close()
+        self._bpf.cleanup()
+
+
+_lock = threading.Lock()
+_loaded: dict[int, BpfProgram] = {}
+
+
+def _preflight() -> None:
+    if os.geteuid() != 0:
+        raise BpfLoadError("the monitor needs root (CAP_BPF and CAP_PERFMON)")
+    if not Path("/sys/kernel/tracing/events/syscalls").is_dir():
+        raise BpfLoadError("tracefs is not mounted at /sys/kernel/tracing")
+
+
+def load_program(ring_pages: int) -> BpfProgram:
+    """Compile and attach once per process (and ring size); later calls reuse it."""
+    with _lock:
+        if ring_pages in _loaded:
+            return _loaded[ring_pages]
+        if ring_pages <= 0 or ring_pages & (ring_pages - 1):
+            raise BpfLoadError(f"ring_pages must be a power of two, not {ring_pages}")
+        _preflight()
+        try:
+            from bcc import BPF  # type: ignore[import-untyped]
+        except Exception as exc:
+            raise BpfLoadError(f"bcc does not import: {exc}") from exc
+        d = bpf_dir()
+        started = time.monotonic()
+        try:
+            bpf = BPF(
+                src_file=str(d / "monitor.bpf.c").encode(),
+                cflags=[*bpf_cflags(ring_pages), f"-I{d}", "-Wno-macro-redefined"],
+            )
+        except Exception as exc:
+            raise BpfLoadError(f"compile or attach failed: {str(exc).splitlines()[-1]}") from exc
+        prog = BpfProgram(bpf, time.monotonic() - started, ring_pages)
+        _loaded[ring_pages] = prog
+        return prog
+
+
+def unload_program(ring_pages: int) -> None:
+    """Detach and free a program loaded with this ring size (tests, tools); no-op if none."""
+    with _lock:
+        prog = _loaded.pop(ring_pages, None)
+    if prog is not None:
+        if prog.has_sink():
+            _loaded[ring_pages] = prog
+            raise BpfLoadError("cannot unload the program: a monitor still reads it")
+        prog.close()

@@ -1,0 +1,159 @@
+"""`open_monitor()`: one BPF program, one ring-buffer reader task, many watched cgroups.
+
+The reader waits on the ring buffer's fd (no polling loop, no thread) and consumes; each
+record is decoded and dispatched by cgroup id to the one open window of that cgroup's watch,
+which folds it into its tree at once (so the ring buffer is the only queue: its overflow is
+counted in the kernel, per kind, and marks the affected trees incomplete). A watch keeps
+its cgroup in the kernel filter for its lifetime; windows of one watch never overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import msgspec
+
+from ..errors import MonitorError, MonitorLost
+from ..model import DeclaredCall
+from .loader import BpfProgram, load_program
+from .window import Window
+
+
+class MonitorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    settle_max_ms: float = 1000.0  # bound on waiting for spawned processes after a response
+    ring_pages: int = 4096  # ring buffer size in pages (16 MiB): a power of two
+    max_events_per_window: int = 500_000  # a window keeps at most this many events
+    record_raw: bool = False  # keep each window's RawEvents (fixtures, `trace --record`)
+
+
+class Watch:
+    def __init__(self, monitor: Monitor, cgroup_id: int, cgroup_path: str) -> None:
+        self._monitor = monitor
+        self.cgroup_id = cgroup_id
+        self.cgroup_path = cgroup_path
+
+    @asynccontextmanager
+    async def window(self, call: DeclaredCall) -> AsyncIterator[Window]:
+        mon = self._monitor
+        if self.cgroup_id in mon._windows:
+            raise MonitorError(f"a window is already open on cgroup {self.cgroup_id}")
+        mon._check()
+        win = Window(
+            mon,
+            self.cgroup_id,
+            self.cgroup_path,
+            call,
+            mon.config.max_events_per_window,
+            mon.config.record_raw,
+        )
+        # subscribe first (records queued from before the window are dropped by timestamp) ...
+        mon._windows[self.cgroup_id] = win
+        try:
+            win._seed()  # ... then seed, so nothing in between is missed
+            try:
+                yield win
+            except BaseException:
+                mon._drain()  # synchronous: nothing here can be cancelled
+                win._finish(settled=False, aborted=True)
+                raise
+            with anyio.CancelScope(shield=True):
+                settled = await win._settle(mon.config.settle_max_ms / 1000)
+                win._finish(settled=settled, aborted=False)
+        finally:
+            mon._windows.pop(self.cgroup_id, None)
+
+
+class Monitor:
+    def __init__(self, program: BpfProgram, config: MonitorConfig) -> None:
+        self.program = program
+        self.config = config
+        self._windows: dict[int, Window] = {}
+        self._watched: dict[int, int] = {}  # cgroup id -> number of watches
+        self._error: BaseException | None = None
+        self.events_total = 0
+        self.events_unrouted = 0
+
+    def _on_record(self, raw: bytes) -> None:
+        try:
+            ev = self.program.decoder.decode(raw)
+            self.events_total += 1
+            win = self._windows.get(ev.cgroup_id)
+            if win is None:
+                self.events_unrouted += 1
+            else:
+                win._on_event(ev)
+        except Exception as exc:  # a ctypes callback must not raise: keep it for the reader
+            if self._error is None:
+                self._error = exc
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise MonitorLost(f"event decoding failed: {self._error!r}") from self._error
+
+    def _drain(self) -> None:
+        self.program.consume()
+        self._check()
+
+    def drops(self) -> dict[str, int]:
+        return self.program.drops()
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "drops": self.drops(),
+            "events_total": self.events_total,
+            "events_unrouted": self.events_unrouted,
+            "load_ms": round(self.program.load_s * 1000, 1),
+            "watched_cgroups": len(self._watched),
+        }
+
+    @asynccontextmanager
+    async def watch(self, cgroup_id: int, cgroup_path: str) -> AsyncIterator[Watch]:
+        if cgroup_id <= 0:
+            raise MonitorError(f"no cgroup to watch (id {cgroup_id}, path {cgroup_path!r})")
+        n = self._watched.get(cgroup_id, 0)
+        self._watched[cgroup_id] = n + 1
+        if n == 0:
+            self.program.add_cgroup(cgroup_id)
+        try:
+            yield Watch(self, cgroup_id, cgroup_path)
+        finally:
+            left = self._watched.pop(cgroup_id) - 1
+            if left:
+                self._watched[cgroup_id] = left
+            else:
+                self.program.remove_cgroup(cgroup_id)
+
+    async def _read(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            await anyio.wait_readable(self.program.ring_fd)
+            self._drain()
+
+
+@asynccontextmanager
+async def open_monitor(config: MonitorConfig | None = None) -> AsyncIterator[Monitor]:
+    """Load the BPF program (once per process) and run the reader until exit.
+
+    One monitor per program at a time: it owns the ring buffer's reader. Share it (one per
+    guard process) rather than opening a second one.
+    """
+    config = config or MonitorConfig()
+    program = load_program(config.ring_pages)
+    if program.has_sink():
+        raise MonitorError("a monitor is already open in this process; share it")
+    monitor = Monitor(program, config)
+    program.set_sink(monitor._on_record)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(monitor._read)
+            try:
+                yield monitor
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        program.set_sink(None)
+        for cgroup_id in list(monitor._watched):
+            program.remove_cgroup(cgroup_id)

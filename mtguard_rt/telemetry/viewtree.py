@@ -1,0 +1,138 @@
+"""The viewers' shared layout: a record's behavior tree as labelled nodes, evidence matched.
+
+Processes nest by parent edges; each process's effects (exec, file, network, DNS) and child
+processes are interleaved in time order. A node is a *hit* for a rule when that rule's
+`Violation.evidence` names it: the process's pid ("pid 102") or key ("102@…"), a file path,
+"address:port", or a DNS name, matched on token boundaries. Nesting deeper than `MAX_DEPTH`
+is cut with a marker node, so a hostile fork chain cannot exhaust the renderers' recursion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..model import AuditRecord, DnsEvent, FileEvent, NetEvent, ProcessNode, Violation
+
+MAX_DEPTH = 100
+_PID = re.compile(r"\bpid[\s=:#]*(\d+)", re.IGNORECASE)
+_KEY = re.compile(r"\b(\d+@\d+)\b")
+_EDGE = r"[\w./~:@-]"
+
+
+@dataclass
+class ViewNode:
+    kind: str  # process | exec | file | net | dns | note
+    label: str
+    detail: str = ""
+    hits: list[str] = field(default_factory=list)  # rule ids whose evidence names this node
+    failed: bool = False  # the syscall failed (result < 0)
+    at_ms: float | None = None  # when, relative to the call's window; None: before it
+    children: list[ViewNode] = field(default_factory=list)
+
+
+class EvidenceIndex:
+    """Which rules' evidence names a pid, key, path, address or DNS name."""
+
+    def __init__(self, violations: Sequence[Violation]) -> None:
+        self._items = [(v.rule, e) for v in violations for e in v.evidence]
+        self._pids: dict[int, list[str]] = {}
+        self._keys: dict[str, list[str]] = {}
+        for rule, text in self._items:
+            for m in _PID.finditer(text):
+                self._pids.setdefault(int(m.group(1)), []).append(rule)
+            for m in _KEY.finditer(text):
+                self._keys.setdefault(m.group(1), []).append(rule)
+
+    def process(self, node: ProcessNode) -> list[str]:
+        return _unique(self._keys.get(node.key, []) + self._pids.get(node.pid, []))
+
+    def mentions(self, *tokens: str | None) -> list[str]:
+        rules: list[str] = []
+        for token in tokens:
+            if not token:
+                continue
+            pattern = re.compile(rf"(?<!{_EDGE}){re.escape(token)}(?!{_EDGE})")
+            rules.extend(rule for rule, text in self._items if pattern.search(text))
+        return _unique(rules)
+
+
+def _unique(rules: list[str]) -> list[str]:
+    return list(dict.fromkeys(rules))
+
+
+def build_view(record: AuditRecord) -> list[ViewNode]:
+    """Top-level nodes for `record`: root processes, then unattributed DNS."""
+    tree = record.tree
+    if tree is None:
+        return []
+    index = EvidenceIndex(record.violations)
+    children: dict[str, list[ProcessNode]] = {}
+    for p in tree.processes:
+        if p.parent is not None:
+            children.setdefault(p.parent, []).append(p)
+    seen: set[str] = set()
+
+    def process(node: ProcessNode, depth: int) -> ViewNode:
+        seen.add(node.key)
+        status = [f"pid {node.pid}"]
+        if node.learned == "seeded":
+            status.append("seeded")
+        if node.still_running:
+            status.append("running")
+        elif node.exit_code is not None:
+            status.append(f"exit {node.exit_code}")
+        label = node.command_line or f"process {node.pid}"
+        out = ViewNode("process", label, ", ".join(status), index.process(node))
+        timed: list[tuple[int, ViewNode]] = []
+        timed += [(e.ts_ns, ViewNode("exec", f"exec {e.path}", " ".join(e.argv),
+                                     index.mentions(e.path), e.result < 0)) for e in node.execs]
+        timed += [(f.ts_ns, file_node(f, index)) for f in node.files]
+        timed += [(n.ts_ns, net_node(n, index)) for n in node.net]
+        timed += [(d.ts_ns, dns_node(d, index)) for d in node.dns]
+        kids = [c for c in children.get(node.key, []) if c.key not in seen]
+        if kids and depth >= MAX_DEPTH:
+            timed.append((kids[0].start_ns, ViewNode("note", f"… {len(kids)} deeper process(es)")))
+        else:
+            timed += [(c.start_ns, process(c, depth + 1)) for c in kids]
+        timed.sort(key=lambda t: t[0])
+        for ts, child in timed:
+            child.at_ms = at(ts)
+        out.children = [n for _, n in timed]
+        return out
+
+    def at(ts: int) -> float | None:
+        return (ts - tree.window_start_ns) / 1e6 if ts >= tree.window_start_ns else None
+
+    top = [(p.start_ns, process(p, 0)) for p in tree.roots() if p.key not in seen]
+    top += [(p.start_ns, process(p, 0)) for p in tree.processes if p.key not in seen]  # cycles
+    top += [(d.ts_ns, dns_node(d, index)) for d in tree.dns]
+    for ts, node in top:
+        node.at_ms = at(ts)
+    return [n for _, n in top]
+
+
+def file_node(f: FileEvent, index: EvidenceIndex) -> ViewNode:
+    label = f"{f.op} {f.path}" + (f" → {f.target}" if f.target else "")
+    detail = ",".join(f.flags) + (f" mode {f.mode:o}" if f.mode is not None else "")
+    if f.result < 0:
+        detail = f"{detail} errno {-f.result}".strip()
+    return ViewNode("file", label, detail, index.mentions(f.path, f.target), f.result < 0)
+
+
+def net_node(n: NetEvent, index: EvidenceIndex) -> ViewNode:
+    where = f"[{n.address}]:{n.port}" if n.family == "ipv6" else f"{n.address}:{n.port}"
+    hits = index.mentions(where, f"{n.address}:{n.port}")
+    return ViewNode("net", f"{n.op} {where}", n.family, hits, n.result < 0)
+
+
+def dns_node(d: DnsEvent, index: EvidenceIndex) -> ViewNode:
+    answers = f" → {', '.join(d.answers)}" if d.answers else ""
+    return ViewNode("dns", f"dns {d.direction} {d.name} {d.qtype}{answers}", d.server or "",
+                    index.mentions(d.name))
+
+
+def stage_timings(record: AuditRecord) -> list[tuple[str, float]]:
+    t = record.timings_ms
+    return [("pre", t.pre), ("exec", t.exec), ("settle", t.settle), ("post", t.post)]
