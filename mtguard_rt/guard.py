@@ -133,7 +133,8 @@ class Guard:
                 name=name, upstream=upstream, engine=self.engine, pins=self.pins, watch=watch,
                 sink=self.sink, tools_by_server=self.tools_by_server, canaries=sb.canaries,
                 observe=self.observe, default_task=self.config.task,
-                call_timeout_s=self.config.call_timeout_s, dispatch_hook=self.dispatch_hook)
+                call_timeout_s=self.config.call_timeout_s, dispatch_hook=self.dispatch_hook,
+                route=self.servers.get)
             self.servers[name] = sup
             stack.callback(self.servers.pop, name, None)
             server = GuardedServer(sup, upstream)

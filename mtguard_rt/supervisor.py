@@ -85,6 +85,7 @@ class Supervisor:
         default_task: str | None = None,
         call_timeout_s: float = 120.0,
         dispatch_hook: DispatchHook | None = None,
+        route: Callable[[str], Supervisor | None] | None = None,
     ) -> None:
         self.name = name
         self.upstream = upstream
@@ -98,6 +99,9 @@ class Supervisor:
         self.default_task = default_task
         self.call_timeout_s = call_timeout_s
         self.dispatch_hook = dispatch_hook
+        # A hooked call naming another guarded server is dispatched there (under that
+        # server's lock and monitor watch): a compromised host can route anywhere.
+        self.route = route
         self.tools: dict[str, Message] = {}
         self.tools_stale = False  # set on list_changed: re-check the pins before the next call
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
@@ -172,7 +176,10 @@ class Supervisor:
         if forwarded_meta:
             wire["_meta"] = forwarded_meta
         wire |= {"name": dispatched.tool, "arguments": dispatched.arguments}
-        response, error, tree, t_resp = await self._dispatch(call, wire, request_id)
+        target = self
+        if dispatched.server != self.name and self.route is not None:
+            target = self.route(dispatched.server) or self
+        response, error, tree, t_resp = await target._dispatch(call, wire, request_id)
         t_settled = time.perf_counter()
         result = (response or {}).get("result") if response else None
         post = await self.engine.post_verify(ctx, tree, result or {})

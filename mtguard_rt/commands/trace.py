@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from collections.abc import AsyncIterable
 from pathlib import Path
 
 import anyio
@@ -22,6 +23,7 @@ DESCRIPTION = (
     "and settled, and print its behavior tree (noise dropped unless --raw)."
 )
 TRACE_TIMEOUT_S = 600.0  # a traced command that runs longer than this is stopped
+OUTPUT_TAIL_BYTES = 65536  # the command's stdout shown after the tree (its last bytes)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,17 +54,29 @@ async def trace(cmd: list[str], args: argparse.Namespace) -> tuple[BehaviorTree,
     )
     config = SandboxConfig(network=args.network, image=args.image)
     mconfig = MonitorConfig(settle_max_ms=args.settle_ms, record_raw=bool(args.record))
+    out = bytearray()
+
+    async def drain_stdout(stream: AsyncIterable[bytes]) -> None:
+        # the command's stdout must flow (its stream is bounded); keep the tail to show it
+        async for chunk in stream:
+            out.extend(chunk)
+            del out[:-OUTPUT_TAIL_BYTES]
+
     async with open_monitor(mconfig) as monitor:
         async with open_sandbox(cmd, config, name="trace", gated=True) as sb:
-            async with monitor.watch(sb.cgroup_id, sb.cgroup_path) as watch:
-                async with watch.window(call) as window:
-                    await sb.release()
-                    with anyio.fail_after(args.timeout):
-                        code = await sb.wait()
-                    window.response_arrived()
-                if args.record:
-                    save_recording(window.recording(), Path(args.record))
-                return window.tree, code, sb.stderr_tail()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_stdout, sb.stdout)
+                async with monitor.watch(sb.cgroup_id, sb.cgroup_path) as watch:
+                    async with watch.window(call) as window:
+                        await sb.release()
+                        with anyio.fail_after(args.timeout):
+                            code = await sb.wait()
+                        window.response_arrived()
+                tg.cancel_scope.cancel()
+            if args.record:
+                save_recording(window.recording(), Path(args.record))
+            output = out.decode("utf-8", "replace") + sb.stderr_tail()
+            return window.tree, code, output
     raise AssertionError("unreachable")
 
 
@@ -77,7 +91,7 @@ def handler(args: argparse.Namespace) -> int:
     if not cmd:
         raise GuardError("trace needs a command: mtguard trace -- CMD [ARGS...]")
     try:
-        tree, code, stderr = anyio.run(trace, cmd, args, backend="trio")
+        tree, code, output = anyio.run(trace, cmd, args, backend="trio")
     except TimeoutError as exc:
         raise GuardError(f"the traced command ran longer than {args.timeout:g} s") from exc
     if args.json:
@@ -89,6 +103,6 @@ def handler(args: argparse.Namespace) -> int:
         shown = tree if args.raw else simplify(tree, load_noise())
         print(render_tree(shown))
         print(f"exit code {code}")
-    if stderr.strip():
-        sys.stderr.write(stderr if stderr.endswith("\n") else stderr + "\n")
+    if output.strip():  # the command's own output goes to stderr, away from the tree
+        sys.stderr.write(output if output.endswith("\n") else output + "\n")
     return 0

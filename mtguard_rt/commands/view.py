@@ -32,6 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--tool", metavar="T", help="only calls of this tool")
     p.add_argument("--call", metavar="ID", help="only the call with this call id or JSON-RPC id")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
+    p.add_argument("--raw", action="store_true",
+                   help="show every event (default: hide noise such as shared-library and "
+                   "locale loads, per policies/noise.toml)")
     p.add_argument(
         "--color", action=argparse.BooleanOptionalAction, default=None,
         help="colour the terminal output (default: only on a TTY)",
@@ -53,10 +56,23 @@ def select(
         yield r
 
 
+def without_noise(records: list[AuditRecord]) -> list[AuditRecord]:
+    """The same records with each tree reduced by the monitor's noise rules."""
+    import msgspec
+
+    from ..monitor.simplify import load_noise, simplify
+
+    noise = load_noise()
+    return [msgspec.structs.replace(r, tree=simplify(r.tree, noise)) if r.tree else r
+            for r in records]
+
+
 def run_view(args: argparse.Namespace) -> int:
     records = list(
         select(read_audit_log(args.audit), denied=args.denied, tool=args.tool, call=args.call)
     )
+    if not args.raw:
+        records = without_noise(records)
     if args.html:
         page = render_html(records, source=os.path.basename(args.audit))
         try:

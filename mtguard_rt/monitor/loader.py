@@ -53,6 +53,7 @@ class BpfProgram:
         self.ring_fd: int = int(self._ring.map_fd)
         self.decoder = EventDecoder(self.event_class())
         self._sink: RawCallback | None = None
+        self._budget = 0
         # libbpf's consumer (through libbcc) with our own ctypes callback: bcc's Python
         # wrapper adds a frame per record. Opened once; `set_sink` only reroutes.
         from bcc.libbcc import _RINGBUF_CB_TYPE  # type: ignore[import-untyped]
@@ -61,7 +62,8 @@ class BpfProgram:
             sink = self._sink
             if sink is not None:
                 sink(ctypes.string_at(data, size))
-            return 0
+            self._budget -= 1
+            return 0 if self._budget > 0 else -1  # < 0: libbpf stops after this record
 
         self._callback = _RINGBUF_CB_TYPE(on_raw)
         bpf._open_ring_buffer(self.ring_fd, self._callback)
@@ -96,9 +98,15 @@ class BpfProgram:
         """Route every record (its raw bytes) to `on_record`; None discards them."""
         self._sink = on_record
 
-    def consume(self) -> None:
-        """Read every record available now (synchronous, never blocks)."""
+    def consume(self, limit: int = 0) -> bool:
+        """Read the records available now, at most `limit` (0: all); never blocks.
+
+        Returns True when it stopped at the limit (more may be waiting), so a caller on an
+        event loop can yield between batches instead of stalling every other task.
+        """
+        self._budget = limit if limit > 0 else 1 << 62
         self._bpf.ring_buffer_consume()
+        return self._budget <= 0
 
     def close(self) -> None:
         self._drops_mm.close()

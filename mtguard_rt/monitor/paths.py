@@ -38,7 +38,8 @@ class FsState:
             return name, True  # already normal: skip normpath on the hot path
         base = self.cwd if dirfd == AT_FDCWD else self.fds.get(dirfd)
         if base is None:
-            return name, False
+            # an empty name is the fd itself (fexecve of a memfd, AT_EMPTY_PATH): name it
+            return (name or f"fd:{dirfd}"), False
         if not name:
             return base, True  # AT_EMPTY_PATH: the dirfd itself
         return posixpath.normpath(posixpath.join(base, name)), True

@@ -17,7 +17,10 @@ import anyio
 from ..model import BehaviorTree, DeclaredCall
 from .builder import TreeBuilder
 from .decode import RawEvent, Recording
+from .kinds import Kind
 from .procfs import SeedProcess, read_process, snapshot
+
+LIFECYCLE = frozenset({int(Kind.FORK), int(Kind.EXEC), int(Kind.EXEC_RESULT), int(Kind.EXIT)})
 
 if TYPE_CHECKING:
     from .monitor import Monitor
@@ -83,8 +86,8 @@ class Window:
     def _on_event(self, ev: RawEvent) -> None:
         if ev.ts_ns < self.start_ns:
             return  # queued before this window opened
-        if self._builder.events >= self._max_events:
-            self.overflow += 1
+        if self._builder.events >= self._max_events and ev.kind not in LIFECYCLE:
+            self.overflow += 1  # effects are shed; process lifecycle is kept so settling works
         else:
             self._builder.apply(ev)
             if self.raw_events is not None:
@@ -103,11 +106,11 @@ class Window:
         with anyio.move_on_after(max(0.0, remaining)):
             while True:
                 self._changed = anyio.Event()
-                self._monitor._drain()
+                await self._monitor._drain_async()
                 if self._settled():
                     return True
                 await self._changed.wait()
-        self._monitor._drain()
+        self._monitor._drain()  # bound reached: take what is there, then stop
         return self._settled()
 
     def _finish(self, settled: bool, aborted: bool) -> None:

@@ -36,10 +36,13 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def token_of(pid: int) -> str:
+    return f"{_boot_id()}:{pid}:{_start_time(pid)}"
+
+
 @cache
 def owner_token() -> str:
-    pid = os.getpid()
-    return f"{_boot_id()}:{pid}:{_start_time(pid)}"
+    return token_of(os.getpid())
 
 
 def owner_alive(token: str) -> bool:

@@ -95,3 +95,8 @@ def test_trace_command_json_and_text(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "ls /home/mtguard" in out and "open /home/mtguard [read]" in out
     assert "exit code 0" in out and "complete" in out
+    # a chatty command must not block on its bounded stdout stream
+    assert main(["trace", "--json", "--", "sh", "-c", "seq 1 200000; exit 9"]) == 0
+    captured = capsys.readouterr()
+    assert any(p.exit_code == 9 for p in tree_decoder.decode(captured.out.strip()).processes)
+    assert captured.err.rstrip().endswith("200000")

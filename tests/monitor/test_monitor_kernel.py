@@ -289,3 +289,29 @@ async def test_io_uring_is_reported_as_a_blind_spot() -> None:
     tree = await traced([PY, "-c", code])
     assert not tree.complete
     assert any("io_uring_setup" in r for r in tree.incomplete_reasons), tree.incomplete_reasons
+
+
+async def test_window_event_limit_is_counted_loss() -> None:
+    config = MonitorConfig(max_events_per_window=20, settle_max_ms=2000)
+    tree = await traced(["sh", "-c", "for i in 1 2 3 4 5 6; do cat /etc/hostname; done"],
+                        config=config)  # fmt: skip
+    assert not tree.complete and tree.drops["window_overflow"] > 0
+    assert any("event limit 20" in r for r in tree.incomplete_reasons)
+    cats = [p for p in tree.processes if p.exe.endswith("/cat")]
+    assert len(cats) == 6 and all(p.exit_code == 0 for p in cats)  # lifecycle is never shed
+    assert tree.window_end_ns - tree.window_start_ns < 1_500_000_000  # settled, not timed out
+
+
+async def test_fileless_exec_from_a_memfd_is_visible() -> None:
+    code = (
+        "import os\n"
+        "fd = os.memfd_create('payload', 0)\n"
+        "os.write(fd, open('/bin/true', 'rb').read())\n"
+        "os.execve(fd, ['innocent-name', 'arg'], {})\n"
+    )
+    tree = await traced([PY, "-c", code])
+    execs = [e for p in tree.processes for e in p.execs if e.argv[:1] == ["innocent-name"]]
+    assert len(execs) == 1 and execs[0].result == 0
+    assert execs[0].path.startswith("fd:")  # no name to give: never guessed
+    runner = next(p for p in tree.processes if p.argv[:1] == ["innocent-name"])
+    assert runner.exit_code == 0

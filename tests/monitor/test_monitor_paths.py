@@ -12,6 +12,7 @@ def test_resolution_rules() -> None:
     assert fs.resolve(4, b"../log/x") == ("/var/log/x", True)
     assert fs.resolve(4, b"") == ("/var/lib", True)
     assert fs.resolve(9, b"x") == ("x", False)
+    assert fs.resolve(9, b"") == ("fd:9", False)
     assert fs.resolve(AT_FDCWD, b"/very/long", truncated=True) == ("/very/long", False)
     assert FsState(None).resolve(AT_FDCWD, b"rel") == ("rel", False)
     assert fs.resolve(AT_FDCWD, b"\xff\xfe") == ("/home/u/\\xff\\xfe", True)
