@@ -62,7 +62,9 @@ def load_config(path: str | Path | None) -> GuardConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(str(p), getattr(exc, "lineno", None), str(exc).split(" (at")[0]) from exc
+        found = re.search(r"\(at line (\d+)", str(exc))
+        line = int(found.group(1)) if found else None
+        raise PolicyError(str(p), line, str(exc).split(" (at")[0]) from exc
     try:
         config = msgspec.convert(data, GuardConfig)
     except msgspec.ValidationError as exc:
@@ -74,8 +76,9 @@ def load_config(path: str | Path | None) -> GuardConfig:
 
 
 def _line_of(text: str, message: str) -> int | None:
-    """Best effort: the line of the key a msgspec error names (`$.sandbox.netwrk` -> netwrk)."""
-    found = re.search(r"`\$\.([\w.\[\]]+)`", message) or re.search(r"field `(\w+)`", message)
+    """Best effort: the line of the key a msgspec error names (unknown field `netwrk`, or
+    the last key of a path like `$.sandbox.network`)."""
+    found = re.search(r"field `(\w+)`", message) or re.search(r"`\$\.([\w.\[\]]+)`", message)
     if not found:
         return None
     key = re.split(r"[.\[]", found.group(1))[-1].rstrip("]")

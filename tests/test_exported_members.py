@@ -1,0 +1,12 @@
+"""The public API is exactly what `mtguard_rt.__all__` names, and each name resolves."""
+
+import mtguard_rt
+
+
+def test_all_members_exist_and_are_public() -> None:
+    for name in mtguard_rt.__all__:
+        assert hasattr(mtguard_rt, name), name
+    public = {n for n in dir(mtguard_rt) if not n.startswith("_")}
+    modules = {"audit", "cli", "commands", "config", "errors", "eval", "guard", "model", "monitor",
+               "proxy", "sandbox", "supervisor", "telemetry", "demo", "doctor"}
+    assert public - set(mtguard_rt.__all__) <= modules
