@@ -29,7 +29,9 @@ bench: setup
 	$(PY) -m bench
 
 lint: venv
+	@$(VENV)/bin/pip install -q ruff mypy
 	$(VENV)/bin/ruff check mtguard_rt tests bench examples
+	$(VENV)/bin/mypy
 
 clean:
 	-$(MTG) sandbox prune

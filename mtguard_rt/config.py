@@ -8,6 +8,7 @@ audit_log = ".mtguard/audit.jsonl"
 call_timeout_s = 60
 [sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env
 [monitor]   settle_max_ms, ring_pages
+[online]    mode = "enforce" | "observe" | "off"   (single-event rules on the live stream)
 [llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
 [telemetry] exporter, endpoint, webhook ...
 ```
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -36,6 +37,12 @@ class MonitorSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ring_pages: int = 256
 
 
+class OnlineSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # enforce: a single-event deny (canary, persistence write, shell, endpoint) kills the
+    # call's processes at once; observe: recorded only; off: left to post-verification
+    mode: Literal["enforce", "observe", "off"] = "enforce"
+
+
 class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     observe: bool = False
     task: str | None = None
@@ -44,6 +51,7 @@ class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     monitor: MonitorSection = msgspec.field(default_factory=MonitorSection)
+    online: OnlineSection = msgspec.field(default_factory=OnlineSection)
     llm: dict[str, Any] | None = None  # validated by the audit layer's JudgeConfig
     telemetry: dict[str, Any] | None = None  # validated by the telemetry layer's config
     # Test/evaluation seam: "module:function" rewriting each approved call before dispatch,
@@ -70,8 +78,9 @@ def load_config(path: str | Path | None) -> GuardConfig:
     except msgspec.ValidationError as exc:
         raise PolicyError(str(p), _line_of(text, str(exc)), str(exc)) from exc
     base = p.parent
-    config.policies = [str((base / q).resolve()) if not Path(q).is_absolute() else q
-                       for q in config.policies]
+    config.policies = [
+        str((base / q).resolve()) if not Path(q).is_absolute() else q for q in config.policies
+    ]
     return config
 
 

@@ -53,11 +53,13 @@ def _tracefs() -> tuple[bool, str]:
 
 def _bcc() -> tuple[bool, str]:
     try:
-        import bcc
+        import bcc  # type: ignore[import-untyped]
     except Exception as exc:
         return False, f"bcc does not import: {exc}"
     why = probe("canary")
-    return (why is None), (f"bcc {getattr(bcc, '__version__', '?')}; canary fired" if why is None else why)
+    return (why is None), (
+        f"bcc {getattr(bcc, '__version__', '?')}; canary fired" if why is None else why
+    )
 
 
 def _cgroup2() -> tuple[bool, str]:
@@ -72,21 +74,34 @@ async def _docker() -> tuple[Check, Check]:
         with anyio.fail_after(10):
             async with open_engine() as engine:
                 version = await engine.version()
-                docker = Check("docker", True, f"Docker {version.get('Version')} (API "
-                               f"{version.get('ApiVersion')}) at {engine.socket}", "")
+                docker = Check(
+                    "docker",
+                    True,
+                    f"Docker {version.get('Version')} (API "
+                    f"{version.get('ApiVersion')}) at {engine.socket}",
+                    "",
+                )
                 try:
                     info = await engine.image_inspect(DEFAULT_IMAGE)
                     n = len(canaries_of(info))
-                    image = Check("sandbox image", n > 0, f"{DEFAULT_IMAGE} ({n} canaries)",
-                                  "mtguard image build")
+                    image = Check(
+                        "sandbox image",
+                        n > 0,
+                        f"{DEFAULT_IMAGE} ({n} canaries)",
+                        "mtguard image build",
+                    )
                 except GuardError as exc:
-                    image = Check("sandbox image", False, str(exc).split(";")[0], "mtguard image build")
+                    image = Check(
+                        "sandbox image", False, str(exc).split(";")[0], "mtguard image build"
+                    )
                 return docker, image
     except (GuardError, TimeoutError) as exc:
         detail = str(exc).split(". ")[0] or "no answer within 10 s"
         fix = "dockerd --bridge=none --iptables=false --ip6tables=false &  (or: make demo)"
-        return (Check("docker", False, detail, fix),
-                Check("sandbox image", False, "Docker unreachable", "start Docker first"))
+        return (
+            Check("docker", False, detail, fix),
+            Check("sandbox image", False, "Docker unreachable", "start Docker first"),
+        )
 
 
 def run_checks() -> list[Check]:
@@ -94,16 +109,27 @@ def run_checks() -> list[Check]:
         ("privileges", _privileges, "run as root (sudo) or grant CAP_BPF and CAP_PERFMON"),
         ("kernel BTF", _btf, "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
         ("tracefs", _tracefs, "mount -t tracefs tracefs /sys/kernel/tracing"),
-        ("bcc + canary BPF", _bcc, "apt-get install python3-bpfcc linux-headers-amd64; "
-         "scripts/setup-host.sh links the headers"),
+        (
+            "bcc + canary BPF",
+            _bcc,
+            "apt-get install python3-bpfcc linux-headers-amd64; "
+            "scripts/setup-host.sh links the headers",
+        ),
         ("cgroup v2", _cgroup2, "mount -t cgroup2 none /sys/fs/cgroup/unified"),
     ]
     checks = [Check(name, *fn(), fix) for name, fn, fix in simple]
     checks += list(anyio.run(_docker))
     for feature, label in (("fentry", "fentry programs"), ("lsm", "BPF LSM programs")):
         why = probe(feature)
-        checks.append(Check(label, why is None, "load and attach work" if why is None else why,
-                            "optional: the guard uses tracepoints instead", required=False))
+        checks.append(
+            Check(
+                label,
+                why is None,
+                "load and attach work" if why is None else why,
+                "optional: the guard uses tracepoints instead",
+                required=False,
+            )
+        )
     return checks
 
 
@@ -114,10 +140,18 @@ def render(checks: list[Check], color: bool) -> str:
     width = max(len(c.name) for c in checks)
     lines = []
     for c in checks:
-        mark = paint("ok  ", "32") if c.ok else (paint("FAIL", "31") if c.required else paint("off ", "33"))
+        mark = (
+            paint("ok  ", "32")
+            if c.ok
+            else (paint("FAIL", "31") if c.required else paint("off ", "33"))
+        )
         lines.append(f"{mark} {c.name:<{width}}  {c.detail}")
         if not c.ok:
             lines.append(f"     {'':<{width}}  fix: {c.fix}")
     failed = [c.name for c in checks if c.required and not c.ok]
-    lines.append("all required checks passed" if not failed else f"{len(failed)} required check(s) failed: {', '.join(failed)}")
+    lines.append(
+        "all required checks passed"
+        if not failed
+        else f"{len(failed)} required check(s) failed: {', '.join(failed)}"
+    )
     return "\n".join(lines)

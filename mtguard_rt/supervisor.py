@@ -5,7 +5,9 @@ A `Supervisor` owns one sandboxed server's connection, monitor watch, tool pins 
 verdict: it returns a `CallOutcome` holding what the agent may see (the result, a denial, or a
 JSON-RPC error) and the audit record. In observe mode every verdict is recorded and nothing
 is blocked (the paper's counterfactual evaluation). Telemetry and the audit log are written
-through `sink`, off the call's critical path.
+through `sink`, off the call's critical path. Online rules (`audit.online`) see each event as
+the monitor builds it; in enforce mode a deny kills the call's processes at once, stops waiting
+for the response and withholds the result (`record.terminated`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import anyio
 import msgspec
 
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
+from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .errors import ServerExited
-from .model import AuditRecord, BehaviorTree, DeclaredCall, Timings, Verdict, Violation
+from .model import AuditRecord, BehaviorTree, Decision, DeclaredCall, Phase, Timings, Verdict, Violation
 from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
+RECENT_KILLS = 100  # online kills remembered (rule, event-to-kill latency) for benchmarks
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
 
 DispatchHook = Callable[[DeclaredCall], DeclaredCall]
@@ -36,9 +40,23 @@ class Window(Protocol):
 
     def response_arrived(self) -> None: ...
 
+    def terminate(self, offender: int, rule: str) -> list[int]: ...
+
+
+EventHook = Callable[[Any, Any, OnlineEvent], None]
+
 
 class Watch(Protocol):
-    def window(self, call: DeclaredCall) -> AbstractAsyncContextManager[Window]: ...
+    def window(
+        self, call: DeclaredCall, on_event: EventHook | None = None
+    ) -> AbstractAsyncContextManager[Window]: ...
+
+
+class OnlineKill(msgspec.Struct, kw_only=True):
+    call_id: str
+    rule: str
+    pids: list[int]
+    latency_ns: int  # kernel event timestamp -> kill() returned (CLOCK_MONOTONIC)
 
 
 class CallOutcome(msgspec.Struct, kw_only=True):
@@ -62,11 +80,18 @@ def _ms(start: float, end: float) -> float:
 
 class _UntracedWindow:
     def __init__(self, call: DeclaredCall) -> None:
-        self.tree = BehaviorTree(call=call, traced=False, complete=False,
-                                 incomplete_reasons=["not traced: no monitor for this server"])
+        self.tree = BehaviorTree(
+            call=call,
+            traced=False,
+            complete=False,
+            incomplete_reasons=["not traced: no monitor for this server"],
+        )
 
     def response_arrived(self) -> None:
         pass
+
+    def terminate(self, offender: int, rule: str) -> list[int]:
+        return []
 
 
 class Supervisor:
@@ -86,6 +111,7 @@ class Supervisor:
         call_timeout_s: float = 120.0,
         dispatch_hook: DispatchHook | None = None,
         route: Callable[[str], Supervisor | None] | None = None,
+        online: OnlineMode = "enforce",
     ) -> None:
         self.name = name
         self.upstream = upstream
@@ -102,6 +128,8 @@ class Supervisor:
         # A hooked call naming another guarded server is dispatched there (under that
         # server's lock and monitor watch): a compromised host can route anywhere.
         self.route = route
+        self.online = online
+        self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
         self.tools: dict[str, Message] = {}
         self.tools_stale = False  # set on list_changed: re-check the pins before the next call
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
@@ -132,24 +160,44 @@ class Supervisor:
 
     def _pin_record(self, change: Any) -> AuditRecord:
         return AuditRecord(
-            call_id=f"{self.name}:tools/list", server=self.name, tool=str(change.tool),
-            arguments={}, decision="allow", phase=None, rules=["tool-pinning"],
-            reasons=[change.describe()], mode="observe" if self.observe else "enforce",
-            timings_ms=Timings(), tree_complete=True, llm_used=False, tree=None, ts=time.time(),
+            call_id=f"{self.name}:tools/list",
+            server=self.name,
+            tool=str(change.tool),
+            arguments={},
+            decision="allow",
+            phase=None,
+            rules=["tool-pinning"],
+            reasons=[change.describe()],
+            mode="observe" if self.observe else "enforce",
+            timings_ms=Timings(),
+            tree_complete=True,
+            llm_used=False,
+            tree=None,
+            ts=time.time(),
         )
 
     # -- one call -------------------------------------------------------------------------
-    async def call(self, tool: str, arguments: Message, meta: Message | None = None,
-                   request_id: Any = None, params: Message | None = None) -> CallOutcome:
+    async def call(
+        self,
+        tool: str,
+        arguments: Message,
+        meta: Message | None = None,
+        request_id: Any = None,
+        params: Message | None = None,
+    ) -> CallOutcome:
         """Guard one call. `params` is the host's raw request params, forwarded (minus our
         `mtguard/*` meta keys) so protocol stamps reach the server."""
         t0 = time.perf_counter()
         self._serial += 1
-        call = DeclaredCall(call_id=f"{self.name}-{self._serial}-{int(time.time() * 1000)}",
-                            server=self.name, tool=tool, arguments=arguments)
+        call = DeclaredCall(
+            call_id=f"{self.name}-{self._serial}-{int(time.time() * 1000)}",
+            server=self.name,
+            tool=tool,
+            arguments=arguments,
+        )
         meta = meta or {}
         task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
-        history = meta.get(HISTORY_KEY) if isinstance(meta.get(HISTORY_KEY), list) else []
+        history = _history(meta.get(HISTORY_KEY))
         if (self.tools_stale or tool not in self.tools) and not self.upstream.closed.is_set():
             self.tools_stale = False
             try:
@@ -157,9 +205,15 @@ class Supervisor:
             except (UpstreamError, ServerExited, TimeoutError):
                 pass
         schema = strip_descriptions(self.tools.get(tool, {}).get("inputSchema") or {})
-        ctx = CallContext(call=call, task=task, history=history, input_schema=schema,
-                          tools_by_server=self.tools_by_server(), recent_calls=list(self.recent),
-                          canaries=self.canaries)
+        ctx = CallContext(
+            call=call,
+            task=task,
+            history=history,
+            input_schema=schema,
+            tools_by_server=self.tools_by_server(),
+            recent_calls=list(self.recent),
+            canaries=self.canaries,
+        )
         self.recent.append(call)
 
         pre = await self._pre_audit(ctx)
@@ -179,10 +233,15 @@ class Supervisor:
         target = self
         if dispatched.server != self.name and self.route is not None:
             target = self.route(dispatched.server) or self
-        response, error, tree, t_resp = await target._dispatch(call, wire, request_id)
+        online = OnlineRules(self.engine.policy, ctx) if self.online != "off" else None
+        response, error, tree, t_resp, terminated = await target._dispatch(
+            call, wire, request_id, online
+        )
         t_settled = time.perf_counter()
         result = (response or {}).get("result") if response else None
         post = await self.engine.post_verify(ctx, tree, result or {})
+        if online is not None:
+            post = _merge_online(post, online.fired)
         t_post = time.perf_counter()
         timings.exec = _ms(t_pre, t_resp)
         timings.settle = _ms(t_resp, t_settled)
@@ -190,6 +249,7 @@ class Supervisor:
         verdict = _combine(pre, post)
         record = self._record(call, task, verdict, tree, timings, t0, error)
         record.request_id = None if request_id is None else str(request_id)
+        record.terminated = terminated
         self.sink(record, meta.get("traceparent"), None)
         if verdict.decision == "deny" and not self.observe:
             return CallOutcome(record=record, result=denial_result(tool, verdict), denied=True)
@@ -209,57 +269,183 @@ class Supervisor:
             verdict.violations = pinned.violations + verdict.violations
         return verdict
 
+    def _online_hook(
+        self, call_id: str, rules: OnlineRules, stop: anyio.CancelScope, killed: list[str]
+    ) -> EventHook:
+        """The window's per-event hook: run the online rules; on an enforced deny kill the
+        call's processes and stop waiting for its response (`stop`)."""
+        enforce = self.online == "enforce" and not self.observe
+
+        def hook(window: Any, proc: Any, event: OnlineEvent) -> None:
+            try:
+                found = rules.check(proc, event)
+            except Exception as exc:  # a broken online rule must not break monitoring
+                if not any(v.rule == "online" for v in rules.fired):
+                    why = f"online rule failed: {exc!r}"
+                    rules.fired.append(Violation(rule="online", phase="post", mode="observe",
+                                                 reason=why))  # fmt: skip
+                return
+            if found is None:
+                return
+            if not (enforce and found.mode == "enforce"):
+                found.evidence.append("seen online; not terminated (online mode observe)")
+                return
+            pids = window.terminate(proc.pid, found.rule)
+            latency = time.monotonic_ns() - event.ts_ns
+            stop.cancel()
+            killed.append(found.rule)
+            self.kills.append(
+                OnlineKill(call_id=call_id, rule=found.rule, pids=pids, latency_ns=latency)
+            )
+            found.evidence.append(
+                f"terminated online: SIGKILL to pid(s) {pids or 'none left'} "
+                f"{latency / 1e6:.3f} ms after the event"
+            )
+
+        return hook
+
     async def _dispatch(
-        self, declared: DeclaredCall, params: Message, request_id: Any
-    ) -> tuple[Message | None, Message | None, BehaviorTree, float]:
-        """Forward under the monitor; returns (response, error, tree, response time)."""
+        self,
+        declared: DeclaredCall,
+        params: Message,
+        request_id: Any,
+        online: OnlineRules | None = None,
+    ) -> tuple[Message | None, Message | None, BehaviorTree, float, bool]:
+        """Forward under the monitor; returns (response, error, tree, response time,
+        terminated online)."""
         request_id = request_id if request_id is not None else f"mtguard-call-{declared.call_id}"
         response: Message | None = None
         error: Message | None = None
+        stop = anyio.CancelScope()
+        killed: list[str] = []
+        hook = None
+        if online is not None and self.watch is not None:
+            hook = self._online_hook(declared.call_id, online, stop, killed)
         async with self._lock:
-            window_cm = self.watch.window(declared) if self.watch else nullcontext(
-                _UntracedWindow(declared))
+            window_cm = (
+                self.watch.window(declared, hook)
+                if self.watch
+                else nullcontext(_UntracedWindow(declared))
+            )
             async with window_cm as window:
                 slot = self.upstream.expect(request_id)
                 try:
-                    await self.upstream.send({"jsonrpc": "2.0", "id": request_id,
-                                              "method": "tools/call", "params": params})
-                    with anyio.fail_after(self.call_timeout_s):
+                    await self.upstream.send(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": request_id,
+                            "method": "tools/call",
+                            "params": params,
+                        }
+                    )
+                    with stop, anyio.fail_after(self.call_timeout_s):
                         response = await slot.wait()
+                    if killed:
+                        response = None
+                        error = {
+                            "code": -32003,
+                            "message": f"mtguard: {params['name']} was terminated online "
+                            f"({killed[0]}); its result is withheld",
+                        }
                 except TimeoutError:
-                    error = {"code": -32001, "message": f"mtguard: {params['name']} did not answer "
-                             f"within {self.call_timeout_s:g} s; its result is withheld"}
+                    error = {
+                        "code": -32001,
+                        "message": f"mtguard: {params['name']} did not answer "
+                        f"within {self.call_timeout_s:g} s; its result is withheld",
+                    }
                 except ServerExited as exc:
                     error = {"code": -32002, "message": f"mtguard: {exc}"}
+                    if killed:
+                        error["message"] += f" (terminated online: {killed[0]})"
                 except RequestCancelled as exc:
                     error = {"code": -32800, "message": f"mtguard: {exc}"}
                 finally:
                     self.upstream.forget(request_id)
                     t_resp = time.perf_counter()
                     window.response_arrived()
-        return response, error, window.tree, t_resp
+        return response, error, window.tree, t_resp, bool(killed)
 
-    def _record(self, call: DeclaredCall, task: str | None, verdict: Verdict,
-                tree: BehaviorTree | None, timings: Timings, t0: float,
-                error: Message | None = None) -> AuditRecord:
+    def _record(
+        self,
+        call: DeclaredCall,
+        task: str | None,
+        verdict: Verdict,
+        tree: BehaviorTree | None,
+        timings: Timings,
+        t0: float,
+        error: Message | None = None,
+    ) -> AuditRecord:
         timings.total = _ms(t0, time.perf_counter())
         reasons = [v.reason for v in verdict.violations] + [f"skipped {s}" for s in verdict.skipped]
         if error is not None:
             reasons.append(str(error.get("message")))
         return AuditRecord(
-            call_id=call.call_id, server=call.server, tool=call.tool, arguments=call.arguments,
-            decision=verdict.decision, phase=verdict.phase if verdict.decision == "deny" else None,
-            rules=verdict.rules, reasons=reasons, mode="observe" if self.observe else "enforce",
-            timings_ms=timings, tree_complete=tree.complete if tree else True,
-            llm_used=verdict.llm_used, tree=tree, ts=time.time() - (time.perf_counter() - t0),
-            task=task, violations=verdict.violations,
+            call_id=call.call_id,
+            server=call.server,
+            tool=call.tool,
+            arguments=call.arguments,
+            decision=verdict.decision,
+            phase=verdict.phase if verdict.decision == "deny" else None,
+            rules=verdict.rules,
+            reasons=reasons,
+            mode="observe" if self.observe else "enforce",
+            timings_ms=timings,
+            tree_complete=tree.complete if tree else True,
+            llm_used=verdict.llm_used,
+            tree=tree,
+            ts=time.time() - (time.perf_counter() - t0),
+            task=task,
+            violations=verdict.violations,
         )
+
+
+def _history(raw: Any) -> list[dict[str, str]]:
+    """`_meta["mtguard/history"]` as role/content strings; anything malformed is dropped."""
+    if not isinstance(raw, list):
+        return []
+    return [
+        {"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
+        for m in raw
+        if isinstance(m, dict)
+    ]
+
+
+def _merge_online(post: Verdict, fired: list[Violation]) -> Verdict:
+    """Fold what the online rules found into the post verdict: their evidence (and the kill)
+    leads the same rule's post evidence, or stands as the rule's violation."""
+    if not fired:
+        return post
+    violations = list(post.violations)
+    for v in fired:
+        same = next((x for x in violations if x.rule == v.rule), None)
+        if same is None:
+            violations.append(v)
+            continue
+        mode = "enforce" if "enforce" in (v.mode, same.mode) else same.mode
+        violations[violations.index(same)] = msgspec.structs.replace(
+            same, evidence=[*v.evidence, *(e for e in same.evidence if e not in v.evidence)],
+            mode=mode,
+        )
+    deny = any(v.mode == "enforce" for v in violations)
+    return Verdict(
+        decision="deny" if deny else "allow",
+        phase="post" if deny else post.phase,
+        violations=violations,
+        skipped=post.skipped,
+        llm_used=post.llm_used,
+    )
 
 
 def _combine(pre: Verdict, post: Verdict) -> Verdict:
     """The call's verdict: deny if either phase denied; the first denying phase names it."""
-    decision = "deny" if "deny" in (pre.decision, post.decision) else "allow"
-    phase = "pre" if pre.decision == "deny" else ("post" if post.decision == "deny" else None)
-    return Verdict(decision=decision, phase=phase, violations=pre.violations + post.violations,
-                   skipped=pre.skipped + post.skipped, llm_used=pre.llm_used or post.llm_used)
-
+    decision: Decision = "deny" if "deny" in (pre.decision, post.decision) else "allow"
+    phase: Phase | None = (
+        "pre" if pre.decision == "deny" else ("post" if post.decision == "deny" else None)
+    )
+    return Verdict(
+        decision=decision,
+        phase=phase,
+        violations=pre.violations + post.violations,
+        skipped=pre.skipped + post.skipped,
+        llm_used=pre.llm_used or post.llm_used,
+    )

@@ -43,7 +43,7 @@ def test_typo_names_file_and_line(tmp_path: Path) -> None:
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("observe = \n")
-    with pytest.raises(PolicyError, match="bad.toml:1"):
+    with pytest.raises(PolicyError, match=r"bad\.toml:1"):
         load_config(bad)
     with pytest.raises(PolicyError, match="cannot read"):
         load_config(tmp_path / "absent.toml")
@@ -51,8 +51,9 @@ def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
 
 def test_cli_error_is_one_line_without_traceback(tmp_path: Path) -> None:
     env = {"DOCKER_HOST": f"unix://{tmp_path}/no.sock", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([*MTGUARD, "image", "build"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [*MTGUARD, "image", "build"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("mtguard: error: Docker is not reachable")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -16,8 +16,11 @@ SERVERS = Path(__file__).resolve().parents[1] / "examples" / "servers"
 
 
 async def test_allow_and_deny_through_the_library(tmp_path: Path) -> None:
-    config = GuardConfig(audit_log=str(tmp_path / "audit.jsonl"), telemetry={"exporter": "off"},
-                         sandbox=SandboxConfig(mounts=[str(SERVERS)]))
+    config = GuardConfig(
+        audit_log=str(tmp_path / "audit.jsonl"),
+        telemetry={"exporter": "off"},
+        sandbox=SandboxConfig(mounts=[str(SERVERS)]),
+    )
     async with open_guard(config) as guard:
         command = [sys.executable, str(SERVERS / "calculator.py")]
         async with guard.connect(command, name="calc") as server:
@@ -28,8 +31,13 @@ async def test_allow_and_deny_through_the_library(tmp_path: Path) -> None:
             assert record.decision == "allow" and record.tree is not None
             assert record.tree.complete and record.timings_ms.post > 0
             with pytest.raises(CallDenied) as info:
-                await server.call_tool("calculate", {"expression": "open('/home/mtguard/.ssh/id_rsa')"},
-                                       task="what is 6*7")
-    assert info.value.verdict.decision == "deny" and "sensitive-file-arg" in info.value.verdict.rules
+                await server.call_tool(
+                    "calculate",
+                    {"expression": "open('/home/mtguard/.ssh/id_rsa')"},
+                    task="what is 6*7",
+                )
+    assert (
+        info.value.verdict.decision == "deny" and "sensitive-file-arg" in info.value.verdict.rules
+    )
     assert info.value.record is not None and info.value.record.phase == "pre"
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 2

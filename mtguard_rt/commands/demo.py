@@ -7,8 +7,12 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("demo", help="run the guarded demo (sandbox + eBPF + audits), print the trees")
-    p.add_argument("--out", default=".mtguard/demo", help="where the audit log, report and traces go")
+    p = sub.add_parser(
+        "demo", help="run the guarded demo (sandbox + eBPF + audits), print the trees"
+    )
+    p.add_argument(
+        "--out", default=".mtguard/demo", help="where the audit log, report and traces go"
+    )
     p.set_defaults(func=handler)
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="check prerequisites (root, eBPF, Docker, image) and print fixes")
+    p = sub.add_parser(
+        "doctor", help="check prerequisites (root, eBPF, Docker, image) and print fixes"
+    )
     p.set_defaults(func=handler)
 
 

@@ -15,23 +15,56 @@ def register(sub: Any) -> None:
     )
     add_guard_options(p)
     p.add_argument("--name", help="server name in audit records (default: from the command)")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve MCP over streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    )
+    p.add_argument(
+        "--token",
+        help="bearer token HTTP clients must send (required when --listen "
+        "is not loopback; default: $MTGUARD_HTTP_TOKEN)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser Origin allowed besides loopback ones (repeatable)",
+    )
     p.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_CMD...")
     p.set_defaults(func=handler)
 
 
 def add_guard_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="guard config file (TOML)")
-    p.add_argument("--policy", action="append", default=[], metavar="FILE",
-                   help="policy file; repeat to layer (default: the balanced preset)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="policy file; repeat to layer (default: the balanced preset)",
+    )
     p.add_argument("--audit-log", help="JSON Lines audit log (default .mtguard/audit.jsonl)")
     p.add_argument("--observe", action="store_true", help="record verdicts, block nothing")
     p.add_argument("--image", help="sandbox image (default: mtguard-rt/sandbox, built offline)")
     p.add_argument("--network", choices=["none", "host"], help="sandbox network (default none)")
     p.add_argument("--workspace", help="host directory mounted read-write in the sandbox")
-    p.add_argument("--mount", action="append", default=[], metavar="DIR",
-                   help="extra host directory mounted read-only (repeatable)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment variable for the sandboxed server (repeatable)")
+    p.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra host directory mounted read-only (repeatable)",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE]",
+        help="environment variable for the sandboxed server; KEY alone passes the "
+        "proxy's own value (repeatable)",
+    )
     p.add_argument("--task", help="task text for calls that carry none in _meta")
 
 
@@ -43,7 +76,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     config = load_config(args.config)
     if args.policy:
-        config.policies = [os.path.abspath(p) for p in args.policy]
+        config.policies = [p if _preset_name(p) else os.path.abspath(p) for p in args.policy]
     if args.audit_log:
         config.audit_log = args.audit_log
     if args.observe:
@@ -59,12 +92,23 @@ def config_from_args(args: argparse.Namespace) -> Any:
     config.sandbox.mounts += [os.path.abspath(m) for m in args.mount]
     for item in args.env:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise GuardError(f"--env wants KEY=VALUE, got {item!r}")
+        if not key:
+            raise GuardError(f"--env wants KEY=VALUE or KEY, got {item!r}")
+        if not sep:  # KEY alone: the proxy's own value (how `mtguard wrap` passes host env)
+            if key not in os.environ:
+                raise GuardError(f"--env {key}: {key} is not set in the proxy's environment")
+            value = os.environ[key]
         config.sandbox.env[key] = value
     if args.task:
         config.task = args.task
     return config
+
+
+def _preset_name(ref: str) -> bool:
+    """`--policy strict`: a shipped preset's bare name, not a file in the working directory."""
+    import os
+
+    return not os.path.exists(ref) and "/" not in ref and not ref.endswith(".toml")
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
@@ -89,5 +133,24 @@ def handler(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     command = server_command(args)
+    if args.listen:
+        import os
+
+        from ..proxy.http import parse_listen, serve_http
+
+        host, port = parse_listen(args.listen)
+        token = args.token or os.environ.get("MTGUARD_HTTP_TOKEN") or None
+        trio.run(
+            lambda: serve_http(
+                config,
+                command,
+                host=host,
+                port=port,
+                name=args.name,
+                token=token,
+                allowed_origins=args.allow_origin,
+            )
+        )
+        return 0
     trio.run(lambda: serve_stdio(config, command, name=args.name))
     return 0

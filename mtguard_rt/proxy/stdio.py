@@ -55,8 +55,9 @@ class Relay:
         await self.write.send(SessionMessage(parsed))
 
     async def error(self, request_id: Any, code: int, text: str) -> None:
-        await self.send({"jsonrpc": "2.0", "id": request_id,
-                         "error": {"code": code, "message": text}})
+        await self.send(
+            {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}
+        )
 
     # -- host -> server ---------------------------------------------------------------------
     async def from_host(self, message: Message, tg: anyio.abc.TaskGroup) -> None:
@@ -64,9 +65,14 @@ class Relay:
         method, request_id = message.get("method"), message.get("id")
         if method == "tools/call" and request_id is not None:
             params = message.get("params") or {}
-            if not isinstance(params.get("name"), str) or not isinstance(params.get("arguments", {}), dict):
-                await self.error(request_id, -32602, "tools/call needs params.name (string) "
-                                 "and params.arguments (object)")
+            if not isinstance(params.get("name"), str) or not isinstance(
+                params.get("arguments", {}), dict
+            ):
+                await self.error(
+                    request_id,
+                    -32602,
+                    "tools/call needs params.name (string) and params.arguments (object)",
+                )
                 return
             self.in_flight.add(request_id)
             self.idle = anyio.Event()
@@ -110,8 +116,12 @@ class Relay:
         try:
             meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else None
             outcome = await self.server.supervisor.call(
-                params["name"], params.get("arguments") or {}, meta, request_id=request_id,
-                params=params)
+                params["name"],
+                params.get("arguments") or {},
+                meta,
+                request_id=request_id,
+                params=params,
+            )
             if request_id in self.cancelled:
                 return  # the host gave up on it; the spec says no response follows
             if outcome.error is not None:
@@ -143,20 +153,27 @@ class Relay:
 
 
 async def serve_stdio(
-    config: GuardConfig, command: list[str], *, name: str | None = None,
-    stdin: Any = None, stdout: Any = None,
+    config: GuardConfig,
+    command: list[str],
+    *,
+    name: str | None = None,
+    stdin: Any = None,
+    stdout: Any = None,
 ) -> None:
     """Serve one host over stdio until it closes stdin."""
     async with stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
         relay = Relay(write_stream)
         async with open_guard(config) as guard:
-            async with guard.connect(command, name, handshake=False,
-                                     on_message=relay.from_server) as server:
+            async with guard.connect(
+                command, name, handshake=False, on_message=relay.from_server
+            ) as server:
                 relay.server = server
-                _log(f"guarding {' '.join(command)!r} in sandbox "
-                     f"{server.upstream.sandbox.container_id[:12]} "
-                     f"({'observe' if guard.observe else 'enforce'} mode, audit log "
-                     f"{config.audit_log or 'off'})")
+                _log(
+                    f"guarding {' '.join(command)!r} in sandbox "
+                    f"{server.upstream.sandbox.container_id[:12]} "
+                    f"({'observe' if guard.observe else 'enforce'} mode, audit log "
+                    f"{config.audit_log or 'off'})"
+                )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(relay.server_gone)
                     async for item in read_stream:

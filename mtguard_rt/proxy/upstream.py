@@ -155,7 +155,9 @@ class Upstream:
             message = _decoder.decode(line)
         except msgspec.DecodeError:
             self.garbage_lines += 1
-            self.sandbox.add_stderr(b"[mtguard] dropped a non-JSON stdout line: " + line[:200] + b"\n")
+            self.sandbox.add_stderr(
+                b"[mtguard] dropped a non-JSON stdout line: " + line[:200] + b"\n"
+            )
             return
         if message.get("jsonrpc") != "2.0":
             self.garbage_lines += 1

@@ -27,7 +27,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..errors import CommandNotFound, DockerApiError, SandboxError
 from .cgroups import Cgroup, cgroup_of_pid
 from .engine import DockerEngine, open_engine
-from .image import DEFAULT_IMAGE, HOME, canaries_of, ensure_image
+from .image import HOME, canaries_of, ensure_image
 from .lifecycle import OWNER_LABEL, owner_token, prune_stale
 
 # Removing a container is local work; if the daemon hangs we give up rather than hang too.
@@ -75,7 +75,9 @@ def check_command(command: list[str], config: SandboxConfig, image: str) -> None
     visible = [*runtime_paths(), *config.mounts, *([config.workspace] if config.workspace else [])]
     program = command[0]
     if "/" in program:
-        candidates = [program if os.path.isabs(program) else os.path.join(config.workspace or HOME, program)]
+        candidates = [
+            program if os.path.isabs(program) else os.path.join(config.workspace or HOME, program)
+        ]
     else:
         candidates = [os.path.join(d, program) for d in search_path()]
     for path in candidates:
@@ -83,8 +85,11 @@ def check_command(command: list[str], config: SandboxConfig, image: str) -> None
         if os.path.isfile(real) and os.access(real, os.X_OK):
             if any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
                 return
-            raise CommandNotFound(program, image, f"{real} is not under a mounted directory; "
-                                  "add its directory with --mount")
+            raise CommandNotFound(
+                program,
+                image,
+                f"{real} is not under a mounted directory; add its directory with --mount",
+            )
     raise CommandNotFound(program, image)
 
 
@@ -159,8 +164,15 @@ class Sandbox:
     """A running container. Create with `open_sandbox()`."""
 
     def __init__(
-        self, engine: DockerEngine, container_id: str, name: str, image: str, command: list[str],
-        stdin: SandboxStdin, stdout: MemoryObjectReceiveStream[bytes], canaries: dict[str, str],
+        self,
+        engine: DockerEngine,
+        container_id: str,
+        name: str,
+        image: str,
+        command: list[str],
+        stdin: SandboxStdin,
+        stdout: MemoryObjectReceiveStream[bytes],
+        canaries: dict[str, str],
     ) -> None:
         self.engine = engine
         self.container_id = container_id
@@ -299,7 +311,7 @@ async def _resolve(sb: Sandbox) -> None:
         try:
             sb.cgroup = cgroup_of_pid(sb.pid)
         except SandboxError:
-            if os.path.exists(f"/proc/{sb.pid}"):
+            if os.path.exists(f"/proc/{sb.pid}"):  # noqa: ASYNC240 - procfs, never blocks
                 raise  # alive but not in a cgroup v2: the monitor could not filter it
 
 

@@ -86,7 +86,11 @@ class DockerEngine:
         return data
 
     async def image_import(self, tar_bytes: bytes, repo: str, tag: str, changes: list[str]) -> None:
-        params: list[tuple[str, str]] = [("fromSrc", "-"), ("repo", repo), ("tag", tag)]
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            ("fromSrc", "-"),
+            ("repo", repo),
+            ("tag", tag),
+        ]
         params += [("changes", c) for c in changes]
         response = await self._request(
             "POST",
@@ -115,7 +119,9 @@ class DockerEngine:
         return str(response.json()["Id"])
 
     async def start(self, cid: str) -> None:
-        await self._request("POST", f"/containers/{cid}/start", "start the container", ok=(204, 304))
+        await self._request(
+            "POST", f"/containers/{cid}/start", "start the container", ok=(204, 304)
+        )
 
     async def inspect(self, cid: str) -> dict[str, Any]:
         data: dict[str, Any] = (
@@ -125,7 +131,10 @@ class DockerEngine:
 
     async def wait(self, cid: str) -> int:
         response = await self._request(
-            "POST", f"/containers/{cid}/wait", "wait for the container", timeout=None  # type: ignore[arg-type]
+            "POST",
+            f"/containers/{cid}/wait",
+            "wait for the container",
+            timeout=None,  # type: ignore[arg-type]
         )
         return int(response.json().get("StatusCode", -1))
 
@@ -173,7 +182,9 @@ class DockerEngine:
         try:
             if response.status_code != 101:
                 await response.aread()
-                raise DockerApiError("attach to the container", response.status_code, _message(response))
+                raise DockerApiError(
+                    "attach to the container", response.status_code, _message(response)
+                )
             yield response.extensions["network_stream"]
         finally:
             await response.aclose()

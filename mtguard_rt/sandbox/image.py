@@ -41,7 +41,9 @@ CANARY_TEMPLATES: dict[str, str] = {
         "aws_secret_access_key = {m}/kWq9Zr3xTq8nPbJ2hGd\nregion = us-east-1\n"
     ),
     f"{HOME}/.env": "DATABASE_URL=postgres://app:{m}@db.internal:5432/app\nSTRIPE_KEY=sk_live_{m}\n",
-    f"{HOME}/.bashrc": "# ~/.bashrc\nexport PATH=$HOME/.local/bin:$PATH\nexport HISTTOKEN={m}\nalias ll='ls -l'\n",
+    f"{HOME}/.bashrc": (
+        "# ~/.bashrc\nexport PATH=$HOME/.local/bin:$PATH\nexport HISTTOKEN={m}\nalias ll='ls -l'\n"
+    ),
 }
 
 _ETC = {
@@ -81,13 +83,32 @@ def build_rootfs(markers: dict[str, str]) -> bytes:
             info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
             tar.addfile(info)
 
-        for d in ("usr", "etc", "etc/ssl", "etc/ssl/certs", "home", "root", "opt", "proc",
-                  "sys", "dev", "run", "var", "srv", "mnt", "work"):
+        for d in (
+            "usr",
+            "etc",
+            "etc/ssl",
+            "etc/ssl/certs",
+            "home",
+            "root",
+            "opt",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "var",
+            "srv",
+            "mnt",
+            "work",
+        ):
             add_dir(d)
         add_dir("tmp", 0o1777)
         add_dir("var/tmp", 0o1777)
-        for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"),
-                             ("lib64", "usr/lib64")):
+        for link, target in (
+            ("bin", "usr/bin"),
+            ("sbin", "usr/sbin"),
+            ("lib", "usr/lib"),
+            ("lib64", "usr/lib64"),
+        ):
             add_link(link, target)
         for name, text in _ETC.items():
             add_file(f"etc/{name}", text.encode())

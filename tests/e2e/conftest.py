@@ -32,10 +32,20 @@ def audit_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def proxy(audit_path: Path) -> ProxyFactory:
     @asynccontextmanager
-    async def start(server: str, *flags: str, env: dict[str, str] | None = None,
-                    mode: str = "auto") -> AsyncIterator[Any]:
-        cmd = [MTGUARD, "proxy", "--audit-log", str(audit_path), "--mount", str(SERVERS),
-               *flags, "--", *server_cmd(server)]
+    async def start(
+        server: str, *flags: str, env: dict[str, str] | None = None, mode: str = "auto"
+    ) -> AsyncIterator[Any]:
+        cmd = [
+            MTGUARD,
+            "proxy",
+            "--audit-log",
+            str(audit_path),
+            "--mount",
+            str(SERVERS),
+            *flags,
+            "--",
+            *server_cmd(server),
+        ]
         async with open_stdio_client(cmd, env=env, mode=mode, request_timeout=90) as client:  # type: ignore[arg-type]
             yield client
 

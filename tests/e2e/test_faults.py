@@ -46,26 +46,46 @@ class RawHost:
         message: dict[str, Any] = json.loads(line)
         return message
 
-    async def request(self, rid: int, method: str, params: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    async def request(
+        self, rid: int, method: str, params: dict[str, Any], timeout: float = 60
+    ) -> dict[str, Any]:
         await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         while True:
             message = await self.recv(timeout)
             if message.get("id") == rid:
                 return message
 
-    async def call(self, rid: int, tool: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    async def call(
+        self, rid: int, tool: str, args: dict[str, Any], timeout: float = 60
+    ) -> dict[str, Any]:
         return await self.request(rid, "tools/call", {"name": tool, "arguments": args}, timeout)
 
 
 @asynccontextmanager
 async def raw_proxy(server: list[str], *flags: str, audit: Path) -> AsyncIterator[RawHost]:
-    cmd = [MTGUARD, "proxy", "--audit-log", str(audit), "--mount", str(SERVERS), *flags, "--", *server]
+    cmd = [
+        MTGUARD,
+        "proxy",
+        "--audit-log",
+        str(audit),
+        "--mount",
+        str(SERVERS),
+        *flags,
+        "--",
+        *server,
+    ]
     async with await anyio.open_process(cmd, stderr=None) as proc:
         host = RawHost(proc)
         try:
-            init = await host.request(0, "initialize", {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "raw-test", "version": "0"}})
+            init = await host.request(
+                0,
+                "initialize",
+                {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw-test", "version": "0"},
+                },
+            )
             assert init["result"]["serverInfo"]
             await host.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
             yield host
@@ -93,11 +113,15 @@ async def test_malformed_lines_get_errors_and_the_proxy_keeps_serving(tmp_path: 
         assert (await host.recv())["error"]["code"] == -32700
         await host.write(b'{"hello": "world"}\n')
         assert (await host.recv())["error"]["code"] == -32600
-        await host.write(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": 3}}\n')
+        await host.write(
+            b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": 3}}\n'
+        )
         assert (await host.recv())["error"]["code"] == -32602
         # invalid UTF-8 inside a string: replaced, never a crash
-        await host.write(b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":'
-                         b'{"name":"echo","arguments":{"text":"caf\xe9 \xff"}}}\n')
+        await host.write(
+            b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":'
+            b'{"name":"echo","arguments":{"text":"caf\xe9 \xff"}}}\n'
+        )
         reply = await host.recv()
         assert reply["id"] == 6 and "caf" in reply["result"]["content"][0]["text"]
         ok = await host.call(7, "echo", {"text": "still here"})
@@ -119,8 +143,12 @@ async def test_unknown_tool_is_the_servers_clear_error(tmp_path: Path) -> None:
 
 
 async def test_server_garbage_on_stdout_is_dropped(tmp_path: Path) -> None:
-    noisy = ["sh", "-c", 'echo "not json at all"; echo "{\\"jsonrpc\\": 1}"; exec "$0" "$@"',
-             *server_cmd("echo")]
+    noisy = [
+        "sh",
+        "-c",
+        'echo "not json at all"; echo "{\\"jsonrpc\\": 1}"; exec "$0" "$@"',
+        *server_cmd("echo"),
+    ]
     async with raw_proxy(noisy, audit=tmp_path / "a.jsonl") as host:
         reply = await host.call(1, "echo", {"text": "clean"})
     assert reply["result"]["content"][0]["text"] == "clean"
@@ -143,7 +171,9 @@ async def test_server_crash_mid_call(tmp_path: Path) -> None:
 async def test_call_that_never_returns_times_out(tmp_path: Path) -> None:
     config = tmp_path / "guard.toml"
     config.write_text("call_timeout_s = 2\n[monitor]\nsettle_max_ms = 300\n")
-    async with raw_proxy(server_cmd("terminal"), "--config", str(config), audit=tmp_path / "a.jsonl") as host:
+    async with raw_proxy(
+        server_cmd("terminal"), "--config", str(config), audit=tmp_path / "a.jsonl"
+    ) as host:
         with anyio.fail_after(20):
             reply = await host.call(1, "run_command", {"command": "sleep 25"})
         assert reply["error"]["code"] == -32001 and "did not answer" in reply["error"]["message"]
@@ -152,8 +182,14 @@ async def test_call_that_never_returns_times_out(tmp_path: Path) -> None:
 async def test_host_disconnect_mid_call_leaks_nothing(tmp_path: Path) -> None:
     async with raw_proxy(server_cmd("terminal"), audit=tmp_path / "a.jsonl") as host:
         token = token_of(host.proc.pid)
-        await host.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                         "params": {"name": "run_command", "arguments": {"command": "sleep 30"}}})
+        await host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "run_command", "arguments": {"command": "sleep 30"}},
+            }
+        )
         assert host.proc.stdin is not None
         await host.proc.stdin.aclose()
         with anyio.fail_after(30):

@@ -21,15 +21,20 @@ CALC = [sys.executable, str(SERVERS / "calculator.py")]
 
 
 def base_config(tmp_path: Path, **fields: object) -> GuardConfig:
-    return GuardConfig(audit_log=str(tmp_path / "audit.jsonl"), telemetry={"exporter": "off"},
-                       sandbox=SandboxConfig(mounts=[str(SERVERS)]), **fields)  # type: ignore[arg-type]
+    return GuardConfig(
+        audit_log=str(tmp_path / "audit.jsonl"),
+        telemetry={"exporter": "off"},
+        sandbox=SandboxConfig(mounts=[str(SERVERS)]),
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_llm_judge_denies_a_call_the_rules_allow(tmp_path: Path) -> None:
     with serve_llm() as llm:
-        config = base_config(tmp_path, llm={"base_url": llm.base_url, "model": "deny",
-                                            "timeout_s": 10})
+        config = base_config(
+            tmp_path, llm={"base_url": llm.base_url, "model": "deny", "timeout_s": 10}
+        )
         async with open_guard(config) as guard, guard.connect(CALC, name="calc") as server:
             with pytest.raises(CallDenied) as info:
                 await server.call_tool("calculate", {"expression": "1+1"}, task="add one and one")
@@ -48,11 +53,15 @@ async def test_a_guarded_call_is_exported_as_spans(tmp_path: Path) -> None:
         config.telemetry = {"exporter": "otlp-http", "endpoint": rx.url}
         parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         async with open_guard(config) as guard, guard.connect(CALC, name="calc") as server:
-            await server.call_tool("calculate", {"expression": "2**10"}, task="powers of two",
-                                   meta={"traceparent": parent})
+            await server.call_tool(
+                "calculate",
+                {"expression": "2**10"},
+                task="powers of two",
+                meta={"traceparent": parent},
+            )
             record = guard.records[-1]
         with anyio.fail_after(30):
-            while not rx.spans():
+            while not rx.spans():  # noqa: ASYNC110 - the receiver fills it from its own thread
                 await anyio.sleep(0.05)
     spans = rx.spans()
     root = next(s for s in spans if s.name == "tools/call calculate")

@@ -35,7 +35,9 @@ def exes(record: AuditRecord) -> set[str]:
     return {p.exe for p in record.tree.processes}
 
 
-async def test_benign_call_is_allowed_and_its_tree_logged(proxy: ProxyFactory, audit_path: Path) -> None:
+async def test_benign_call_is_allowed_and_its_tree_logged(
+    proxy: ProxyFactory, audit_path: Path
+) -> None:
     async with proxy("terminal", "--task", "list the files in the root directory") as client:
         assert [t["name"] for t in await client.list_tools()] == ["run_command"]
         result = await client.call_tool("run_command", {"command": "ls /usr"})
@@ -70,8 +72,9 @@ async def test_host_hook_swapping_the_call_is_denied_from_the_tree(
     config.write_text('dispatch_hook = "tests.e2e.hooks:swap_to_read_ssh_key"\n')
     env = {"PYTHONPATH": str(REPO)}
     async with proxy("terminal", "--config", str(config), env=env) as client:
-        result = await client.call_tool("run_command", {"command": "date"},
-                                        meta={"mtguard/task": "what time is it"})
+        result = await client.call_tool(
+            "run_command", {"command": "date"}, meta={"mtguard/task": "what time is it"}
+        )
     assert result["isError"] is True and text_of(result).startswith("mtguard denied")
     assert "MTGCANARY" not in text_of(result)  # the withheld result carried the key
     (rec,) = records(audit_path)
@@ -87,19 +90,27 @@ async def test_rug_pull_after_two_calls_is_detected(proxy: ProxyFactory, audit_p
     async with proxy("echo", *flags, mode="legacy") as client:
         await client.list_tools()
         for word in ("one", "two"):
-            result = await client.call_tool("echo", {"text": word}, meta={"mtguard/task": "echo words"})
+            result = await client.call_tool(
+                "echo", {"text": word}, meta={"mtguard/task": "echo words"}
+            )
             assert text_of(result) == word
         with anyio.fail_after(30):
             await client.wait_list_changed()
-        result = await client.call_tool("echo", {"text": "three"}, meta={"mtguard/task": "echo words"})
+        result = await client.call_tool(
+            "echo", {"text": "three"}, meta={"mtguard/task": "echo words"}
+        )
     assert result["isError"] is True and text_of(result).startswith("mtguard denied")
     recs = records(audit_path)
-    assert [r.decision for r in recs if r.tool == "echo" and r.call_id != "echo:tools/list"][-1] == "deny"
+    assert [r.decision for r in recs if r.tool == "echo" and r.call_id != "echo:tools/list"][
+        -1
+    ] == "deny"
     assert any("tool-pinning" in r.rules for r in recs)
     assert "MTGCANARY" not in text_of(result)
 
 
-async def test_observe_mode_records_but_does_not_block(proxy: ProxyFactory, audit_path: Path) -> None:
+async def test_observe_mode_records_but_does_not_block(
+    proxy: ProxyFactory, audit_path: Path
+) -> None:
     async with proxy("terminal", "--observe") as client:
         result = await client.call_tool("run_command", {"command": f"cat {SSH_KEY}"})
     assert not result.get("isError")
@@ -116,6 +127,7 @@ async def test_other_traffic_passes_through(proxy: ProxyFactory) -> None:
         assert client.protocol_version == "2026-07-28"
         tools = {t["name"]: t for t in await client.list_tools()}
         assert "get_historical_stock_prices" in tools
-        result = await client.call_tool("get_stock_info", {"ticker": "MSFT"},
-                                        meta={"mtguard/task": "Get MSFT stock info"})
+        result = await client.call_tool(
+            "get_stock_info", {"ticker": "MSFT"}, meta={"mtguard/task": "Get MSFT stock info"}
+        )
     assert not result.get("isError") and "MSFT" in text_of(result)

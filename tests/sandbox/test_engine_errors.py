@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_missing_socket(tmp_path) -> None:  # type: ignore[no-untyped-def]
     async with open_engine(str(tmp_path / "docker.sock")) as engine:
-        with pytest.raises(DockerUnavailable, match="does not exist.*dockerd"):
+        with pytest.raises(DockerUnavailable, match=r"does not exist.*dockerd"):
             await engine.ping()
 
 
@@ -49,7 +49,9 @@ def test_permission_denied_names_the_fix(tmp_path) -> None:  # type: ignore[no-u
         "anyio.run(main)\n"
     )
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
     finally:
         sock.close()
     assert "DockerUnavailable" in done.stderr

@@ -57,7 +57,7 @@ async def test_isolation_user_caps_network_and_canaries() -> None:
 
 
 async def test_stdin_stdout_roundtrip_and_stderr_tail() -> None:
-    cmd = ["sh", "-c", "echo started >&2; while read -r line; do echo \"echo:$line\"; done"]
+    cmd = ["sh", "-c", 'echo started >&2; while read -r line; do echo "echo:$line"; done']
     async with open_sandbox(cmd) as sb:
         assert sb.cgroup_id > 0 and sb.pids()
         for i in range(3):
@@ -89,7 +89,9 @@ async def test_gated_command_waits_for_release() -> None:
 async def test_workspace_is_writable_and_host_network_on_request(tmp_path) -> None:  # type: ignore[no-untyped-def]
     tmp_path.chmod(0o777)
     config = SandboxConfig(workspace=str(tmp_path), network="host")
-    async with open_sandbox(["sh", "-c", "pwd; echo hi > out.txt; cat /proc/net/dev | wc -l"], config) as sb:
+    async with open_sandbox(
+        ["sh", "-c", "pwd; echo hi > out.txt; cat /proc/net/dev | wc -l"], config
+    ) as sb:
         out = (await read_all(sb)).decode().split()
     assert out[0] == str(tmp_path)
     assert (tmp_path / "out.txt").read_text() == "hi\n"
@@ -154,7 +156,10 @@ async def test_guard_killed_with_sigkill_is_cleaned_up_next_start() -> None:
                 await anyio.sleep(120)
         anyio.run(main)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    # A separate guard process that we can SIGKILL; readline below runs in a thread.
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, "-c", child], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         with anyio.fail_after(30):
