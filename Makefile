@@ -6,9 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MTG    := $(VENV)/bin/mtguard
 
-.PHONY: setup host venv image demo test bench lint clean
+.PHONY: setup host venv image servers demo test bench lint clean
 
-setup: host venv image
+setup: host venv image servers
 
 host:
 	@scripts/setup-host.sh
@@ -18,6 +18,9 @@ venv: host
 
 image: venv
 	@$(MTG) image build
+
+servers: venv
+	@scripts/setup-servers.sh
 
 demo: setup
 	@$(MTG) demo

@@ -53,8 +53,13 @@ class GuardedServer:
         return await self.supervisor.refresh_tools()
 
     async def call_tool(
-        self, name: str, arguments: Message | None = None, *, task: str | None = None,
-        history: list[dict[str, str]] | None = None, meta: Message | None = None,
+        self,
+        name: str,
+        arguments: Message | None = None,
+        *,
+        task: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        meta: Message | None = None,
     ) -> Message:
         """The tool's CallToolResult, or `CallDenied` when the guard withholds it."""
         meta = dict(meta or {})
@@ -66,21 +71,34 @@ class GuardedServer:
         if outcome.denied:
             raise CallDenied(name, _verdict_of(outcome.record), outcome.record)
         if outcome.error is not None:
-            raise UpstreamError(int(outcome.error.get("code", -32603)), str(outcome.error.get("message")))
+            raise UpstreamError(
+                int(outcome.error.get("code", -32603)), str(outcome.error.get("message"))
+            )
         return outcome.result or {}
 
 
 def _verdict_of(record: AuditRecord) -> Any:
     from .model import Verdict
 
-    return Verdict(decision=record.decision, phase=record.phase, violations=record.violations,
-                   llm_used=record.llm_used)
+    return Verdict(
+        decision=record.decision,
+        phase=record.phase,
+        violations=record.violations,
+        llm_used=record.llm_used,
+    )
 
 
 class Guard:
-    def __init__(self, config: GuardConfig, engine: PolicyEngine, pins: ToolPins,
-                 monitor: Any, telemetry: Any, audit_log: AuditLog | None,
-                 dispatch_hook: DispatchHook | None) -> None:
+    def __init__(
+        self,
+        config: GuardConfig,
+        engine: PolicyEngine,
+        pins: ToolPins,
+        monitor: Any,
+        telemetry: Any,
+        audit_log: AuditLog | None,
+        dispatch_hook: DispatchHook | None,
+    ) -> None:
         self.config = config
         self.engine = engine
         self.pins = pins
@@ -104,6 +122,31 @@ class Guard:
         self.records.append(record)
         del self.records[: -self.keep_records]
 
+    def _protect(self, watch: Any, canaries: dict[str, str]) -> None:
+        """Push the sandbox's protected paths into the kernel: canaries wake the reader at
+        once (online rules); in enforce mode with `kill_on_touch`, canaries (not the
+        write-only ones, which shells read), the policy's protected paths and forbidden
+        executables are SIGKILLed on open / exec."""
+        from .monitor.kinds import ACT_KILL_EXEC, ACT_KILL_OPEN, ACT_WAKE
+
+        online = self.config.online
+        if online.mode == "off":
+            return
+        policy = self.engine.policy
+        kill = online.mode == "enforce" and online.kill_on_touch and not self.observe
+        acts: dict[str, int] = {}
+        for path in canaries:
+            write_only = policy.canary_write_only.matches(path)
+            acts[path] = ACT_WAKE | (ACT_KILL_OPEN if kill and not write_only else 0)
+        if kill:
+            for path in policy.spec.lists.protected_paths:
+                acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN
+            for path in policy.spec.lists.forbidden_executables:
+                acts[path] = acts.get(path, 0) | ACT_KILL_EXEC
+        refused = watch.protect(acts)
+        if refused:
+            raise GuardError(f"cannot protect {refused}: not absolute or too long")
+
     def _unique(self, name: str) -> str:
         base, n = name, 1
         while name in self.servers:
@@ -113,28 +156,48 @@ class Guard:
 
     @asynccontextmanager
     async def connect(
-        self, command: list[str], name: str | None = None, *,
-        sandbox: SandboxConfig | None = None, handshake: bool = True,
+        self,
+        command: list[str],
+        name: str | None = None,
+        *,
+        sandbox: SandboxConfig | None = None,
+        handshake: bool = True,
         on_message: Callable[[Message], Awaitable[None]] | None = None,
     ) -> AsyncIterator[GuardedServer]:
-        name = self._unique(name or Path(command[-1]).stem or "server")
+        name = self._unique(name or default_name(command))
         async with AsyncExitStack() as stack:
             sb = await stack.enter_async_context(
-                open_sandbox(command, sandbox or self.config.sandbox, name=name, gated=True))
+                open_sandbox(command, sandbox or self.config.sandbox, name=name, gated=True)
+            )
             watch = None
             if self.monitor is not None:
-                watch = await stack.enter_async_context(self.monitor.watch(sb.cgroup_id, sb.cgroup_path))
+                watch = await stack.enter_async_context(
+                    self.monitor.watch(
+                        sb.cgroup_id, sb.cgroup_path, eager=self.config.online.mode != "off"
+                    )
+                )
+                self._protect(watch, sb.canaries)  # before the server runs a single instruction
             await sb.release()
             upstream = Upstream(sb, on_message or _library_messages)
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(upstream.run)
             stack.callback(tg.cancel_scope.cancel)
             sup = Supervisor(
-                name=name, upstream=upstream, engine=self.engine, pins=self.pins, watch=watch,
-                sink=self.sink, tools_by_server=self.tools_by_server, canaries=sb.canaries,
-                observe=self.observe, default_task=self.config.task,
-                call_timeout_s=self.config.call_timeout_s, dispatch_hook=self.dispatch_hook,
-                route=self.servers.get)
+                name=name,
+                upstream=upstream,
+                engine=self.engine,
+                pins=self.pins,
+                watch=watch,
+                sink=self.sink,
+                tools_by_server=self.tools_by_server,
+                canaries=sb.canaries,
+                observe=self.observe,
+                default_task=self.config.task,
+                call_timeout_s=self.config.call_timeout_s,
+                dispatch_hook=self.dispatch_hook,
+                route=self.servers.get,
+                online=self.config.online.mode,
+            )
             self.servers[name] = sup
             stack.callback(self.servers.pop, name, None)
             server = GuardedServer(sup, upstream)
@@ -144,17 +207,37 @@ class Guard:
             yield server
 
 
+_LAUNCHERS = {"python", "python3", "node", "npx", "uvx", "uv", "sh", "bash", "deno", "bun", "env"}
+
+
+def default_name(command: list[str]) -> str:
+    """A server's name from its command: the script or package a launcher runs, else the
+    program (`python x/fin.py` -> fin, `npx -y @s/server-fs /d` -> server-fs, `git-mcp -v`
+    -> git-mcp)."""
+    program = Path(command[0]).name
+    if program.rstrip("0123456789.") in _LAUNCHERS and "-c" not in command[1:2]:
+        for arg in command[1:]:
+            if not arg.startswith("-") and arg not in ("run", "exec"):
+                return Path(arg.lstrip("@").split("@")[0]).stem or program
+    return program or "server"
+
+
 async def _library_messages(message: Message) -> None:
     """Server-initiated traffic in library mode: nothing to relay to, so it is dropped."""
 
 
 async def _handshake(upstream: Upstream, command: str) -> Message:
-    params = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-              "clientInfo": {"name": "mtguard-rt", "version": __version__}}
+    params = {
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "mtguard-rt", "version": __version__},
+    }
     try:
         result = await upstream.request("initialize", params, HANDSHAKE_TIMEOUT_S)
     except TimeoutError as exc:
-        raise ServerExited(command, None, f"no answer to initialize within {HANDSHAKE_TIMEOUT_S:g} s") from exc
+        raise ServerExited(
+            command, None, f"no answer to initialize within {HANDSHAKE_TIMEOUT_S:g} s"
+        ) from exc
     except UpstreamError as exc:
         raise GuardError(f"server {command!r} refused initialize: {exc}") from exc
     await upstream.notify("notifications/initialized")
@@ -163,7 +246,9 @@ async def _handshake(upstream: Upstream, command: str) -> Message:
 
 @asynccontextmanager
 async def open_guard(
-    config: GuardConfig | None = None, *, dispatch_hook: DispatchHook | None = None,
+    config: GuardConfig | None = None,
+    *,
+    dispatch_hook: DispatchHook | None = None,
     monitor: bool = True,
 ) -> AsyncIterator[Guard]:
     config = config or GuardConfig()
@@ -177,8 +262,14 @@ async def open_guard(
         if monitor:
             from .monitor import MonitorConfig, open_monitor
 
-            mon = await stack.enter_async_context(open_monitor(MonitorConfig(
-                settle_max_ms=config.monitor.settle_max_ms, ring_pages=config.monitor.ring_pages)))
+            mon = await stack.enter_async_context(
+                open_monitor(
+                    MonitorConfig(
+                        settle_max_ms=config.monitor.settle_max_ms,
+                        ring_pages=config.monitor.ring_pages,
+                    )
+                )
+            )
         from .monitor.simplify import load_noise, simplify
 
         noise = load_noise()
@@ -195,7 +286,9 @@ async def open_guard(
         if judge is not None:
             stack.push_async_callback(judge.aclose)
         config = msgspec.structs.replace(config, observe=observe)
-        yield Guard(config, engine, ToolPins(policy.pinning_action), mon, telemetry, audit_log, hook)
+        yield Guard(
+            config, engine, ToolPins(policy.pinning_action), mon, telemetry, audit_log, hook
+        )
 
 
 def _load_hook(spec: str | None) -> DispatchHook | None:

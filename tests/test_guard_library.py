@@ -8,13 +8,29 @@ from pathlib import Path
 import pytest
 
 from mtguard_rt import CallDenied, GuardConfig, open_guard
+from mtguard_rt.guard import default_name
 from mtguard_rt.sandbox import SandboxConfig
-
-pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.bpf]
 
 SERVERS = Path(__file__).resolve().parents[1] / "examples" / "servers"
 
 
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["python", "x/fin.py"], "fin"),
+        (["/usr/bin/python3.11", "-u", "a.py"], "a"),
+        (["npx", "-y", "@modelcontextprotocol/server-filesystem@1.2", "/d"], "server-filesystem"),
+        (["mcp-server-fetch", "--ignore-robots-txt"], "mcp-server-fetch"),
+        (["uvx", "mcp-server-git"], "mcp-server-git"),
+    ],
+)
+def test_default_server_name(command: list[str], name: str) -> None:
+    assert default_name(command) == name
+
+
+@pytest.mark.anyio
+@pytest.mark.docker
+@pytest.mark.bpf
 async def test_allow_and_deny_through_the_library(tmp_path: Path) -> None:
     config = GuardConfig(
         audit_log=str(tmp_path / "audit.jsonl"),

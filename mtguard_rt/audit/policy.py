@@ -19,7 +19,10 @@ from .spec import NamedPattern, PinAction, PolicySpec
 
 KeyPath = tuple[str | int, ...]
 # (kind name, token regex, argument-key globs, finder in any text)
-EntityMatcher = tuple[str, re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]
+# (kind, token pattern, argument-key globs, anywhere pattern, open choice)
+EntityMatcher = tuple[
+    str, re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None, bool
+]
 SENSITIVE, PERSISTENCE, PRIVILEGED, CANARY = 1, 2, 4, 8  # path classes (a bitmask)
 CLASSIFY_CACHE_SIZE = 16384  # distinct absolute paths remembered between calls
 
@@ -138,7 +141,7 @@ class Policy:
             where: KeyPath = ("rules", "task-entity-mismatch", "entities", i)
             token = _regex(scoped(e.pattern), (*where, "pattern"))
             anywhere = _regex(e.anywhere, (*where, "anywhere")) if e.anywhere else None
-            self.entities.append((e.name, token, _name_globs(e.keys), anywhere))
+            self.entities.append((e.name, token, _name_globs(e.keys), anywhere, e.open_choice))
         self.aliases = {k.upper(): {w.lower() for w in v} for k, v in te.aliases.items()}
 
         rc = rules.repeated_call

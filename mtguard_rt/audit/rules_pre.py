@@ -7,6 +7,7 @@ user's intent (`NEEDS_TASK`) are skipped by the engine when the call has no task
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import msgspec
@@ -153,9 +154,25 @@ def _mentioned(token: str, ctx: CallContext, policy: Policy) -> bool:
     return bool(policy.aliases.get(token.upper(), set()) & ctx.task_words)
 
 
+def _task_names_any(
+    ctx: CallContext, token_rx: re.Pattern[str], anywhere: re.Pattern[str] | None, policy: Policy
+) -> bool:
+    """Whether the task names at least one entity of a kind (a token, a $TOKEN, an alias).
+    One-letter tokens do not count: "I" and "A" start sentences far more often than tickers."""
+    text = ctx.task_text or ""
+    if anywhere is not None and anywhere.search(text):
+        return True
+    for token in re.split(r"[\s,;:()\[\]\"'!?]+", text):
+        if len(token) > 1 and token_rx.fullmatch(token.rstrip(".")):
+            return True
+    return any(names & ctx.task_words for names in policy.aliases.values())
+
+
 def task_entity_mismatch(ctx: CallContext, policy: Policy) -> list[Violation]:
     ev: list[str] = []
-    for kind, token_rx, keys, anywhere in policy.entities:
+    for kind, token_rx, keys, anywhere, open_choice in policy.entities:
+        if open_choice and not _task_names_any(ctx, token_rx, anywhere, policy):
+            continue
         found: dict[str, str] = {}
         for key, text in ctx.arg_items:
             if keys is not None and keys.match(leaf_key(key).lower()):

@@ -34,6 +34,10 @@ class ListsSpec(_Strict):
     interpreters: list[str] = msgspec.field(default_factory=list)
     command_tools: list[str] = msgspec.field(default_factory=list)  # globs on tool names
     command_arguments: list[str] = msgspec.field(default_factory=list)  # keys holding a command
+    # Kill on touch (enforce mode): exact absolute paths whose open, and programs whose exec,
+    # the kernel answers with SIGKILL (canaries are always protected). Exact strings only.
+    protected_paths: list[str] = msgspec.field(default_factory=list)
+    forbidden_executables: list[str] = msgspec.field(default_factory=list)
 
 
 class NamedPattern(_Strict):
@@ -49,6 +53,9 @@ class EntitySpec(_Strict):
     pattern: str  # a token of this kind (matched whole, case-sensitive)
     keys: list[str] = msgspec.field(default_factory=list)  # argument keys (globs) to look in
     anywhere: str | None = None  # a regex that finds it in any argument text (e.g. $TSLA)
+    # True: a task that names no entity of this kind leaves the choice to the agent ("compare
+    # two tech stocks"), so there is nothing to mismatch and the check is skipped.
+    open_choice: bool = False
 
 
 class RuleSpec(_Strict):

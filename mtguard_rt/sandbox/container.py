@@ -12,6 +12,7 @@ With `gated=True` the command waits for `release()`, so a monitor can attach fir
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import sys
@@ -280,7 +281,8 @@ async def open_sandbox(
     if uses_runtime_mounts(config):
         check_command(command, config, image)
     spec = container_spec(command, config, image, name=name, gated=gated)
-    cid = await engine.create_container(f"mtguard-{name}-{os.urandom(4).hex()}", spec)
+    safe = re.sub(r"[^a-zA-Z0-9_.-]+", "-", name).strip("-.")[:40] or "server"
+    cid = await engine.create_container(f"mtguard-{safe}-{os.urandom(4).hex()}", spec)
     try:
         async with engine.attach(cid) as stream:
             send, receive = anyio.create_memory_object_stream[bytes](STDOUT_BUFFER_CHUNKS)

@@ -315,3 +315,19 @@ def test_triggers_never_hide_a_match() -> None:
         sum(p.regex.search(t) is not None for p in POLICY.shell_patterns for t in TRIGGER_CORPUS)
         >= 21
     )
+
+
+def test_task_entity_mismatch_leaves_an_open_choice_to_the_agent() -> None:
+    from mtguard_rt.audit import load_policy
+    from mtguard_rt.audit.context import CallContext
+    from mtguard_rt.audit.rules_pre import task_entity_mismatch
+    from mtguard_rt.model import DeclaredCall
+
+    policy = load_policy(None)
+    call = DeclaredCall(call_id="c", server="fin", tool="get_stock_actions",
+                        arguments={"ticker": "AAPL"})
+    open_task = "I want to compare the dividends of three large tech companies for my dad."
+    assert task_entity_mismatch(CallContext(call=call, task=open_task), policy) == []
+    named = "I want to compare the dividends of Microsoft (MSFT) and Intel."
+    fired = task_entity_mismatch(CallContext(call=call, task=named), policy)
+    assert fired and "AAPL" in fired[0].evidence[0]
