@@ -27,6 +27,12 @@ struct event {
     char data[MT_DATA_MAX];
 };
 
+/* `protected` map key: an exact absolute path, NUL-padded, per watched cgroup */
+struct path_key {
+    u64 cgroup_id;
+    char path[MT_KEY_PATH_MAX];
+};
+
 struct pending {
     u32 kind;
     u32 flags;

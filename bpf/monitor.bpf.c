@@ -25,6 +25,9 @@ BPF_TABLE("lru_hash", u32, struct pending, pending, MT_MAX_PENDING);
 BPF_TABLE("lru_hash", u32, u64, clone_flags, MT_MAX_PENDING);
 BPF_TABLE("lru_hash", u32, s32, exit_codes, MT_MAX_PENDING);
 BPF_TABLE("lru_hash", u64, u8, dns_socks, MT_MAX_PENDING);
+/* exact paths pushed per cgroup by the guard -> action bits (wake, kill on open/exec) */
+BPF_HASH(protected, struct path_key, u32, MT_MAX_PROTECTED);
+BPF_PERCPU_ARRAY(key_buf, struct path_key, 1);
 
 static __always_inline int watched(void)
 {
@@ -57,6 +60,24 @@ static __always_inline struct event *new_event(u16 kind)
     return e;
 }
 
+/* The action bits for a path string (user memory at syscall enter, else the event's own
+ * copy): an exact, whole-string match only. Longer than the key, unreadable: no match. */
+static __always_inline u32 path_action(u64 cg, const char *p, int user)
+{
+    u32 zero = 0;
+    struct path_key *k = key_buf.lookup(&zero);
+    if (!k)
+        return 0;
+    __builtin_memset(k, 0, sizeof(*k));
+    k->cgroup_id = cg;
+    long n = user ? bpf_probe_read_user_str(k->path, sizeof(k->path), p)
+                  : bpf_probe_read_kernel_str(k->path, sizeof(k->path), p);
+    if (n <= 1 || n >= sizeof(k->path))
+        return 0;
+    u32 *act = protected.lookup(k);
+    return act ? *act : 0;
+}
+
 static __always_inline void count_drop(u32 kind)
 {
     u64 *c = drops.lookup(&kind);
@@ -67,11 +88,21 @@ static __always_inline void count_drop(u32 kind)
 /* Wakeups cost the traced task an irq_work each: high-volume kinds (open, close, dup)
  * wake the reader only every MT_WAKE_EVERY-th record per CPU; every other kind forces a
  * wakeup (adaptive wakeups would be skipped behind unsignalled records), so a process
- * exit always reaches a settling window at once. */
-static __always_inline u64 wake_flags(u16 kind)
+ * exit always reaches a settling window at once. Opens in an eager cgroup (value bit
+ * MT_CG_EAGER: online rules are on) wake it at once when they write or name a path the
+ * guard marked MT_ACT_WAKE. */
+static __always_inline u64 wake_flags(struct event *e)
 {
+    u16 kind = e->kind;
     if (kind != EV_OPEN && kind != EV_CLOSE && kind != EV_DUP)
         return BPF_RB_FORCE_WAKEUP;
+    if (kind == EV_OPEN) { /* an eager cgroup (online rules) needs writes and protected
+                            * paths at once; other reads keep the batched wakeups */
+        u8 *mode = cgroups.lookup(&e->cgroup_id);
+        if (mode && (*mode & MT_CG_EAGER) &&
+            ((e->a1 & MT_O_ANY_WRITE) || (path_action(e->cgroup_id, e->data, 0) & MT_ACT_WAKE)))
+            return BPF_RB_FORCE_WAKEUP;
+    }
     u32 zero = 0;
     u64 *n = wake_ctr.lookup(&zero);
     if (!n)
@@ -87,7 +118,7 @@ static __always_inline void submit(struct event *e)
     if (n >= MT_DATA_MAX)
         n = MT_DATA_MAX - 1;
     n &= MT_DATA_MAX - 1;
-    if (events.ringbuf_output(e, HDR_SIZE + n, wake_flags(e->kind)) != 0)
+    if (events.ringbuf_output(e, HDR_SIZE + n, wake_flags(e)) != 0)
         count_drop(e->kind);
 }
 
@@ -244,10 +275,44 @@ static __always_inline void read_argv(struct event *e, const char *const *argv)
     e->a2 = argc;
 }
 
+/* Kill on touch: a protected exact path named by open/openat/openat2/creat/execve(at) is
+ * answered with SIGKILL in the syscall-enter tracepoint, plus an EV_KILLED record (a0 = 1
+ * open, 2 exec; str1 = path). The process dies on its way back to user space: it never
+ * sees the fd (not one byte read) and an exec'd program never runs an instruction.
+ * What it cannot prevent:
+ *  - the syscall itself still runs: an O_TRUNC open has truncated, an O_CREAT one created;
+ *  - only the name string as passed is compared, whole: relative names, dirfd-relative
+ *    names, `.`/`..`/`//` spellings, symlinks, hard links, /proc/self/root/... and bind
+ *    mounts of the same file do not match (the online rules see resolved names; symlinks
+ *    and links are left to post-verification);
+ *  - the string is read at enter: another thread may rewrite it before the kernel copies
+ *    it (TOCTOU), and an unreadable (not resident) string is no match;
+ *  - other ways to the data: fds opened before the call, unlink/rename/link/truncate by
+ *    name, open_by_handle_at, io_uring (reported as blind spots), a copy of a forbidden
+ *    program or `ld.so <program>`;
+ *  - paths of MT_KEY_PATH_MAX bytes or more (refused when pushed). */
+static __always_inline void kill_on_touch(const char *name, u32 act_bit, u32 what)
+{
+    u64 cg = bpf_get_current_cgroup_id();
+    u8 *mode = cgroups.lookup(&cg);
+    if (!mode || !(*mode & MT_CG_PROTECTED)) /* nothing pushed: no per-syscall lookup */
+        return;
+    if (!(path_action(cg, name, 1) & act_bit))
+        return;
+    bpf_send_signal(9);
+    struct event *e = new_event(EV_KILLED);
+    if (!e)
+        return;
+    e->a0 = what;
+    read_str1(e, name);
+    submit(e);
+}
+
 static __always_inline int on_exec(int dirfd, const char *filename, const char *const *argv)
 {
     if (!watched())
         return 0;
+    kill_on_touch(filename, MT_ACT_KILL_EXEC, 2);
     struct event *e = new_event(EV_EXEC);
     if (!e)
         return 0;
@@ -316,21 +381,29 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 
 /* ---- files -------------------------------------------------------------------- */
 
+static __always_inline int open_enter(int dfd, const char *name, u64 flags, u64 mode, u64 how)
+{
+    if (!watched())
+        return 0;
+    kill_on_touch(name, MT_ACT_KILL_OPEN, 1);
+    return enter6(EV_OPEN, dfd, (u64)name, flags, mode, how);
+}
+
 TRACEPOINT_PROBE(syscalls, sys_enter_open)
 {
-    return enter6(EV_OPEN, AT_FDCWD_, (u64)args->filename, args->flags, args->mode, 0);
+    return open_enter(AT_FDCWD_, args->filename, args->flags, args->mode, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_creat)
 {
-    return enter6(EV_OPEN, AT_FDCWD_, (u64)args->pathname, MT_O_CREAT_WRONLY_TRUNC, args->mode, 0);
+    return open_enter(AT_FDCWD_, args->pathname, MT_O_CREAT_WRONLY_TRUNC, args->mode, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_openat)
 {
-    return enter6(EV_OPEN, args->dfd, (u64)args->filename, args->flags, args->mode, 0);
+    return open_enter(args->dfd, args->filename, args->flags, args->mode, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
 {
-    return enter6(EV_OPEN, args->dfd, (u64)args->filename, 0, 0, (u64)args->how);
+    return open_enter(args->dfd, args->filename, 0, 0, (u64)args->how);
 }
 
 static __always_inline int open_exit(long ret)

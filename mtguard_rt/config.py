@@ -8,7 +8,7 @@ audit_log = ".mtguard/audit.jsonl"
 call_timeout_s = 60
 [sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env
 [monitor]   settle_max_ms, ring_pages
-[online]    mode = "enforce" | "observe" | "off"   (single-event rules on the live stream)
+[online]    mode = "enforce" | "observe" | "off", kill_on_touch = true
 [llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
 [telemetry] exporter, endpoint, webhook ...
 ```
@@ -41,6 +41,9 @@ class OnlineSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # enforce: a single-event deny (canary, persistence write, shell, endpoint) kills the
     # call's processes at once; observe: recorded only; off: left to post-verification
     mode: Literal["enforce", "observe", "off"] = "enforce"
+    # enforce mode only: canaries and the policy's protected paths / forbidden executables
+    # are SIGKILLed in the kernel on open / exec (exact absolute names; see monitor.bpf.c)
+    kill_on_touch: bool = True
 
 
 class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -18,7 +18,8 @@
     ├── TelemetryError             telemetry cannot be set up (exporter choice, paths)
     │   └── AuditLogError          an audit log line is malformed (file and line)
     ├── CallDenied                 carries the verdict; raised by the library API only
-    └── CorpusError                the eval's attack corpus is missing or malformed
+    ├── CorpusError                the eval's attack corpus is missing or malformed
+    └── HostConfigError            a host's MCP config file cannot be read or rewritten
 
 Foreign errors (httpx, bcc's bare Exception, OSError) are translated once at the seam that
 meets them, with `raise X from exc`.
@@ -169,3 +170,12 @@ class CorpusError(GuardError):
             f"attack corpus {path}: {why} (set MTGUARD_CORPUS_DIR or pass the corpus path; the "
             "MCP-SafetyBench cases live in ../shared/corpora/mcp-safetybench beside the repo)"
         )
+
+
+class HostConfigError(GuardError):
+    """A host's MCP config (Claude Desktop, Cursor, Claude Code, VS Code) cannot be used."""
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        self.why = why
+        super().__init__(f"{path}: {why}")

@@ -84,6 +84,7 @@ class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
     exit_code: int | None = None
     learned: Literal["observed", "seeded"] = "observed"
     still_running: bool = False
+    killed_by: str | None = None  # the online rule on whose deny mtguard SIGKILLed it
     execs: list[ExecEvent] = msgspec.field(default_factory=list)
     files: list[FileEvent] = msgspec.field(default_factory=list)
     net: list[NetEvent] = msgspec.field(default_factory=list)
@@ -173,6 +174,7 @@ class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=False):
     trace_id: str | None = None
     result: Any = None  # tool result content; filled only when the config opts in to content
     request_id: str | None = None  # the host's JSON-RPC request id, when the call had one
+    terminated: bool = False  # an online rule denied and mtguard killed the call mid-run
 
 
 tree_encoder = msgspec.json.Encoder()

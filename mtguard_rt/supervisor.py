@@ -24,7 +24,16 @@ import msgspec
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .errors import ServerExited
-from .model import AuditRecord, BehaviorTree, Decision, DeclaredCall, Phase, Timings, Verdict, Violation
+from .model import (
+    AuditRecord,
+    BehaviorTree,
+    Decision,
+    DeclaredCall,
+    Phase,
+    Timings,
+    Verdict,
+    Violation,
+)
 from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
@@ -132,6 +141,9 @@ class Supervisor:
         self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
         self.tools: dict[str, Message] = {}
         self.tools_stale = False  # set on list_changed: re-check the pins before the next call
+        # The host's protocol stamps (`io.modelcontextprotocol/*` in `_meta`), copied onto the
+        # guard's own requests so they speak the revision the host negotiated.
+        self.protocol_meta: Message = {}
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
         self._lock = anyio.Lock()
         self._serial = 0
@@ -149,8 +161,10 @@ class Supervisor:
         tools: list[Message] = []
         cursor: str | None = None
         while True:
-            params = {"cursor": cursor} if cursor else None
-            result = await self.upstream.request("tools/list", params, self.call_timeout_s)
+            params: Message = {"cursor": cursor} if cursor else {}
+            if self.protocol_meta:  # 2026-07-28 has no session: each request carries its stamps
+                params["_meta"] = dict(self.protocol_meta)
+            result = await self.upstream.request("tools/list", params or None, self.call_timeout_s)
             tools += result.get("tools") or []
             cursor = result.get("nextCursor")
             if not cursor:
@@ -282,8 +296,8 @@ class Supervisor:
             except Exception as exc:  # a broken online rule must not break monitoring
                 if not any(v.rule == "online" for v in rules.fired):
                     why = f"online rule failed: {exc!r}"
-                    rules.fired.append(Violation(rule="online", phase="post", mode="observe",
-                                                 reason=why))  # fmt: skip
+                    failed = Violation(rule="online", phase="post", mode="observe", reason=why)
+                    rules.fired.append(failed)
                 return
             if found is None:
                 return
@@ -363,7 +377,13 @@ class Supervisor:
                     self.upstream.forget(request_id)
                     t_resp = time.perf_counter()
                     window.response_arrived()
-        return response, error, window.tree, t_resp, bool(killed)
+        kernel = list(getattr(window, "kernel_kills", []))
+        if kernel and online is not None:
+            why = "a protected path or program was touched: SIGKILLed in the kernel"
+            kill = Violation(rule="kill-on-touch", phase="post", mode="enforce", reason=why)
+            kill.evidence = kernel
+            online.fired.append(kill)
+        return response, error, window.tree, t_resp, bool(killed or kernel)
 
     def _record(
         self,
@@ -423,7 +443,8 @@ def _merge_online(post: Verdict, fired: list[Violation]) -> Verdict:
             continue
         mode = "enforce" if "enforce" in (v.mode, same.mode) else same.mode
         violations[violations.index(same)] = msgspec.structs.replace(
-            same, evidence=[*v.evidence, *(e for e in same.evidence if e not in v.evidence)],
+            same,
+            evidence=[*v.evidence, *(e for e in same.evidence if e not in v.evidence)],
             mode=mode,
         )
     deny = any(v.mode == "enforce" for v in violations)

@@ -190,3 +190,16 @@ def test_unwrap_after_wrap_brings_back_comments_and_layout(tmp_path: Path) -> No
     assert "// VS Code" not in path.read_text()
     assert main(["unwrap", str(path), "--write"]) == 0
     assert path.read_text() == original
+
+
+def test_cli_makes_policy_files_and_the_audit_log_absolute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.toml").write_text("")
+    config = str(HOSTS / "cursor_mcp.json")
+    assert main(["wrap", config, "--policy", "strict", "--policy", "team.toml",
+                 "--audit-log", "logs/audit.jsonl"]) == 0
+    args = json.loads(capsys.readouterr().out)["mcpServers"]["git"]["args"]
+    assert args[3:9] == ["--policy", "strict", "--policy", str(tmp_path / "team.toml"),
+                         "--audit-log", str(tmp_path / "logs/audit.jsonl")]

@@ -65,7 +65,6 @@ def _resolve(
     path, name = Path(ref), str(ref)
     if not path.is_file() and "/" not in name and not name.endswith(".toml"):
         path = preset_path(name)  # a bare name such as "strict"
-        default_extends = None
     key = str(path.resolve())
     if key in stack:
         raise PolicyError(str(path), None, "`extends` forms a cycle")

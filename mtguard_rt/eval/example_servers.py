@@ -34,7 +34,7 @@ def server_script(name: str) -> Path:
 
 
 def server_command(name: str, python: str = sys.executable) -> list[str]:
-    """argv for the example server `name` (the script may not exist yet: browser.py)."""
+    """argv for the example server `name`."""
     return [python, str(server_script(name))]
 
 

@@ -28,6 +28,7 @@ class Kind(enum.IntEnum):
     DNS_SEND = 16
     DNS_RECV = 17
     BLIND = 18  # a syscall that opens a path this monitor cannot follow (io_uring, ...)
+    KILLED = 19  # kill on touch: SIGKILL sent at syscall enter (a0: 1 open, 2 exec; str1 path)
 
 
 EV_MAX = max(Kind) + 1
@@ -57,6 +58,16 @@ WAKE_EVERY = 64  # high-volume records per CPU between reader wakeups
 MAX_CGROUPS = 1024
 MAX_PENDING = 16384
 O_CREAT_WRONLY_TRUNC = 0o1101
+CG_WATCHED = 1  # `cgroups` map value bits: the cgroup is traced ...
+CG_EAGER = 2  # ... and writing or MT_ACT_WAKE opens wake the reader at once (online rules)
+CG_PROTECTED = 4  # ... and has paths in `protected` (kill on touch is looked up)
+ACT_WAKE = 1  # `protected` map values: an open of this exact path wakes the reader at once
+ACT_KILL_OPEN = 2  # ... an open of it is answered with SIGKILL in the kernel
+ACT_KILL_EXEC = 4  # ... an exec of it is answered with SIGKILL in the kernel
+KEY_PATH_MAX = 256  # protected paths are exact strings shorter than this
+MAX_PROTECTED = 4096
+O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
+KILLED_OPS = {1: "open", 2: "exec"}  # EV_KILLED's a0
 
 
 def bpf_cflags(ring_pages: int) -> list[str]:
@@ -75,6 +86,14 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         MAX_CGROUPS=MAX_CGROUPS,
         MAX_PENDING=MAX_PENDING,
         O_CREAT_WRONLY_TRUNC=O_CREAT_WRONLY_TRUNC,
+        CG_EAGER=CG_EAGER,
+        CG_PROTECTED=CG_PROTECTED,
+        ACT_WAKE=ACT_WAKE,
+        ACT_KILL_OPEN=ACT_KILL_OPEN,
+        ACT_KILL_EXEC=ACT_KILL_EXEC,
+        KEY_PATH_MAX=KEY_PATH_MAX,
+        MAX_PROTECTED=MAX_PROTECTED,
+        O_ANY_WRITE=O_ANY_WRITE,
         RING_PAGES=ring_pages,
         WAKE_EVERY=WAKE_EVERY,
     )

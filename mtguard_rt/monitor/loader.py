@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import BpfLoadError
 from .decode import EventDecoder
-from .kinds import EV_MAX, Kind, bpf_cflags
+from .kinds import CG_EAGER, CG_PROTECTED, CG_WATCHED, EV_MAX, KEY_PATH_MAX, Kind, bpf_cflags
 
 RawCallback = Callable[[bytes], None]
 
@@ -77,8 +77,41 @@ class BpfProgram:
         cls: type[ctypes.Structure] = _get_event_class(self._ring)
         return cls
 
-    def add_cgroup(self, cgroup_id: int) -> None:
-        self._cgroups[self._cgroups.Key(cgroup_id)] = self._cgroups.Leaf(1)
+    def add_cgroup(self, cgroup_id: int, eager: bool = False) -> None:
+        mode = CG_WATCHED | (CG_EAGER if eager else 0)
+        self._cgroups[self._cgroups.Key(cgroup_id)] = self._cgroups.Leaf(mode)
+
+    def protect(self, cgroup_id: int, paths: dict[str, int]) -> list[str]:
+        """Push exact absolute paths -> ACT_* bits for one cgroup (`protected` map). Returns
+        the paths refused: not absolute, or too long for the fixed key."""
+        table = self._bpf["protected"]
+        refused: list[str] = []
+        for path, act in paths.items():
+            raw = path.encode()
+            if not path.startswith("/") or len(raw) >= KEY_PATH_MAX or b"\0" in raw:
+                refused.append(path)
+                continue
+            key = table.Key()
+            key.cgroup_id = cgroup_id
+            key.path = raw
+            table[key] = table.Leaf(act)
+        if len(refused) < len(paths):  # the kernel looks names up only in such a cgroup
+            cg = self._cgroups.Key(cgroup_id)
+            try:
+                mode = int(self._cgroups[cg].value)
+            except KeyError:
+                mode = CG_WATCHED
+            self._cgroups[cg] = self._cgroups.Leaf(mode | CG_PROTECTED)
+        return refused
+
+    def unprotect(self, cgroup_id: int) -> None:
+        """Drop every protected path of one cgroup."""
+        table = self._bpf["protected"]
+        for key in [k for k in table.keys() if k.cgroup_id == cgroup_id]:
+            try:
+                del table[key]
+            except KeyError:
+                pass
 
     def remove_cgroup(self, cgroup_id: int) -> None:
         try:

@@ -20,7 +20,7 @@ import msgspec
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
 from .loader import BpfProgram, load_program
-from .window import Window
+from .window import EventHook, Window
 
 CONSUME_BATCH = 2048  # records per event-loop turn: about 5 ms of work, then other tasks run
 
@@ -33,13 +33,24 @@ class MonitorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class Watch:
-    def __init__(self, monitor: Monitor, cgroup_id: int, cgroup_path: str) -> None:
+    def __init__(
+        self, monitor: Monitor, cgroup_id: int, cgroup_path: str, eager: bool = False
+    ) -> None:
         self._monitor = monitor
         self.cgroup_id = cgroup_id
         self.cgroup_path = cgroup_path
+        self.eager = eager
+
+    def protect(self, paths: dict[str, int]) -> list[str]:
+        """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
+        for this cgroup, until the watch ends. Returns the paths refused."""
+        return self._monitor.program.protect(self.cgroup_id, paths)
 
     @asynccontextmanager
-    async def window(self, call: DeclaredCall) -> AsyncIterator[Window]:
+    async def window(
+        self, call: DeclaredCall, on_event: EventHook | None = None
+    ) -> AsyncIterator[Window]:
+        """`on_event` sees each file/exec/connect event as it is built (online rules)."""
         mon = self._monitor
         if self.cgroup_id in mon._windows:
             raise MonitorError(f"a window is already open on cgroup {self.cgroup_id}")
@@ -51,6 +62,7 @@ class Watch:
             call,
             mon.config.max_events_per_window,
             mon.config.record_raw,
+            on_event,
         )
         # subscribe first (records queued from before the window are dropped by timestamp) ...
         mon._windows[self.cgroup_id] = win
@@ -124,21 +136,26 @@ class Monitor:
         }
 
     @asynccontextmanager
-    async def watch(self, cgroup_id: int, cgroup_path: str) -> AsyncIterator[Watch]:
+    async def watch(
+        self, cgroup_id: int, cgroup_path: str, *, eager: bool = False
+    ) -> AsyncIterator[Watch]:
+        """`eager`: every open wakes the reader at once (online rules need each event now;
+        by default opens wake it only every WAKE_EVERY-th record)."""
         if cgroup_id <= 0:
             raise MonitorError(f"no cgroup to watch (id {cgroup_id}, path {cgroup_path!r})")
         n = self._watched.get(cgroup_id, 0)
         self._watched[cgroup_id] = n + 1
         if n == 0:
-            self.program.add_cgroup(cgroup_id)
+            self.program.add_cgroup(cgroup_id, eager=eager)
         try:
-            yield Watch(self, cgroup_id, cgroup_path)
+            yield Watch(self, cgroup_id, cgroup_path, eager)
         finally:
             left = self._watched.pop(cgroup_id) - 1
             if left:
                 self._watched[cgroup_id] = left
             else:
                 self.program.remove_cgroup(cgroup_id)
+                self.program.unprotect(cgroup_id)
 
     async def _read(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         task_status.started()

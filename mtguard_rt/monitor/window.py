@@ -9,18 +9,37 @@ nor loses the tree; an aborted body still yields a tree marked incomplete.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
 
-from ..model import BehaviorTree, DeclaredCall
+from ..model import BehaviorTree, DeclaredCall, ExecEvent, FileEvent, NetEvent, ProcessNode
 from .builder import TreeBuilder
 from .decode import RawEvent, Recording
-from .kinds import Kind
+from .kinds import KILLED_OPS, Kind
+from .paths import text
 from .procfs import SeedProcess, read_process, snapshot
 
 LIFECYCLE = frozenset({int(Kind.FORK), int(Kind.EXEC), int(Kind.EXEC_RESULT), int(Kind.EXIT)})
+# kinds whose built event is handed to the window's `on_event` hook, and the node list it is in
+HOOKED = {
+    int(Kind.OPEN): "files",
+    int(Kind.UNLINK): "files",
+    int(Kind.RMDIR): "files",
+    int(Kind.RENAME): "files",
+    int(Kind.MKDIR): "files",
+    int(Kind.CHMOD): "files",
+    int(Kind.EXEC_RESULT): "execs",  # a successful exec only, as the audit counts them
+    int(Kind.CONNECT): "net",
+}
+BuiltEvent = FileEvent | ExecEvent | NetEvent
+# Called synchronously on the event loop thread, once per hooked event as it is folded in
+# (so before the call's response): `(window, process, event)`. It must not raise.
+EventHook = Callable[["Window", ProcessNode, BuiltEvent], None]
 
 if TYPE_CHECKING:
     from .monitor import Monitor
@@ -37,6 +56,7 @@ class Window:
         call: DeclaredCall,
         max_events: int,
         record_raw: bool = False,
+        on_event: EventHook | None = None,
     ) -> None:
         self._monitor = monitor
         self.cgroup_id = cgroup_id
@@ -52,6 +72,10 @@ class Window:
         self._drops_at_open = monitor.drops()
         self.raw_events: list[RawEvent] | None = [] if record_raw else None
         self.seeds: list[SeedProcess] = []
+        self.on_event = on_event
+        self.terminated_by: str | None = None  # set by `terminate()`
+        self.killed: list[int] = []
+        self.kernel_kills: list[str] = []  # evidence of kill-on-touch (EV_KILLED) records
 
     @property
     def events_seen(self) -> int:
@@ -92,8 +116,67 @@ class Window:
             self._builder.apply(ev)
             if self.raw_events is not None:
                 self.raw_events.append(ev)
+            if ev.kind == Kind.KILLED:
+                self._killed_in_kernel(ev)
+            elif self.terminated_by is not None and ev.kind == Kind.FORK:
+                self._kill(ev.a0, self.terminated_by)  # forked before our kill landed
+            elif self.on_event is not None and ev.kind in HOOKED:
+                self._hook(ev)
         if self.response_ns is not None:  # only the settle loop waits on it
             self._changed.set()
+
+    def _hook(self, ev: RawEvent) -> None:
+        if ev.kind == Kind.EXEC_RESULT and ev.ret != 0:
+            return  # a failed exec ran nothing (the audit counts successful execs only)
+        proc = self._builder._procs.get(ev.pid)
+        built = getattr(proc.node, HOOKED[ev.kind]) if proc is not None else None
+        if proc is not None and built and self.on_event is not None:
+            self.on_event(self, proc.node, built[-1])
+
+    def _killed_in_kernel(self, ev: RawEvent) -> None:
+        proc = self._builder._procs.get(ev.pid)
+        what = f"{KILLED_OPS.get(ev.a0, '?')} of {text(ev.s1)}"
+        if proc is not None:
+            proc.node.killed_by = proc.node.killed_by or f"kill-on-touch: {what}"
+            who = f"pid {ev.pid} {proc.node.exe or '?'}"
+        else:
+            who = f"pid {ev.pid}"
+        self.kernel_kills.append(f"{who} SIGKILLed in the kernel at the {what}")
+
+    # -- online termination ------------------------------------------------------------
+    def terminate(self, offender: int, rule: str) -> list[int]:
+        """SIGKILL, at once, every live process spawned during the call plus `offender`
+        (which may be the long-lived server itself); later forks are killed as they are
+        seen. Only pids still in this window's cgroup are signalled (pidfd: no pid reuse
+        race). Returns the pids signalled; their nodes carry `killed_by = rule`."""
+        if self.terminated_by is None:
+            self.terminated_by = rule
+        targets = [p.node.pid for p in self._builder._order if p.spawned and p.alive]
+        if offender not in targets:
+            targets.insert(0, offender)
+        return [pid for pid in targets if self._kill(pid, rule)]
+
+    def _kill(self, pid: int, rule: str) -> bool:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return False  # already gone
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as f:
+                line = next((x for x in f.read().splitlines() if x.startswith(b"0::")), b"")
+            rel = line[3:].decode(errors="replace").rstrip("/")
+            if not rel or not self.cgroup_path.rstrip("/").endswith(rel):
+                return False  # not (or no longer) this sandbox's process
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        proc = self._builder._procs.get(pid)
+        if proc is not None and proc.node.killed_by is None:
+            proc.node.killed_by = rule
+        self.killed.append(pid)
+        return True
 
     def _settled(self) -> bool:
         return self.response_ns is not None and self._builder.live_spawned() == 0

@@ -25,6 +25,7 @@ from ..errors import ServerExited
 from ..guard import GuardedServer, open_guard
 from .upstream import Message, UpstreamError
 
+PROTOCOL_STAMP = "io.modelcontextprotocol/"  # _meta keys a sessionless revision requires
 # After the host closes stdin, in-flight calls get this long to finish and be recorded.
 HOST_EOF_GRACE_S = 5.0
 
@@ -63,6 +64,11 @@ class Relay:
     async def from_host(self, message: Message, tg: anyio.abc.TaskGroup) -> None:
         assert self.server is not None
         method, request_id = message.get("method"), message.get("id")
+        meta = (message.get("params") or {}).get("_meta")
+        if isinstance(meta, dict):
+            stamps = {k: v for k, v in meta.items() if k.startswith(PROTOCOL_STAMP)}
+            if stamps:
+                self.server.supervisor.protocol_meta = stamps
         if method == "tools/call" and request_id is not None:
             params = message.get("params") or {}
             if not isinstance(params.get("name"), str) or not isinstance(

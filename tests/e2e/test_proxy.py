@@ -85,9 +85,12 @@ async def test_host_hook_swapping_the_call_is_denied_from_the_tree(
     assert any(SSH_KEY in e for v in rec.violations for e in v.evidence)
 
 
-async def test_rug_pull_after_two_calls_is_detected(proxy: ProxyFactory, audit_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # 2025-11-25 handshake; 2026-07-28 stamps
+async def test_rug_pull_after_two_calls_is_detected(
+    proxy: ProxyFactory, audit_path: Path, mode: str
+) -> None:
     flags = ("--env", "MTGUARD_ATTACK=rugpull", "--env", "MTGUARD_RUGPULL_AFTER=2")
-    async with proxy("echo", *flags, mode="legacy") as client:
+    async with proxy("echo", *flags, mode=mode) as client:
         await client.list_tools()
         for word in ("one", "two"):
             result = await client.call_tool(

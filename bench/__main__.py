@@ -1,0 +1,92 @@
+"""`python -m bench` (`make bench`): every benchmark with modest defaults, then a summary.
+
+Each benchmark runs as its own process (a fresh BPF load, its own RSS and fds), one after
+another so they do not compete for the 2 shared cores; output streams through as it comes.
+Figures for BENCHMARKS.md come from the scripts run with their documented defaults.
+
+    python -m bench [--only NAME ...] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT_TIMEOUT_S = 900  # the slowest (load, 1,800 guarded calls) takes about a minute idle
+KILL_GRACE_S = 30.0  # after stdout closes (or the interrupt), for the script's own cleanup
+
+# name -> (script, modest arguments)
+SUITE: dict[str, tuple[str, list[str]]] = {
+    "audit_rules": ("audit_rules.py", ["--iterations", "500"]),
+    "monitor_overhead": ("monitor_overhead.py", ["--calls", "200"]),
+    "monitor_throughput": ("monitor_throughput.py", ["--sizes", "50000,200000"]),
+    "online_kill": ("online_kill.py", ["--calls", "50", "--heavy-calls", "10", "--files", "1000"]),
+    "sandbox_startup": ("sandbox_startup.py", ["--starts", "5", "--calls", "300"]),
+    "bpf_tax": ("bpf_tax.py", ["--rounds", "3", "--calls", "150"]),
+    "guard_overhead": ("guard_overhead.py", ["--calls", "200", "--proxy-calls", "100"]),
+    "load": ("load.py", []),  # the issue's sizes: 1,000 sequential, 8 servers x 100
+}
+TAIL_LINES = 4  # shown in the summary for scripts that print no SUMMARY line
+
+
+def run(name: str) -> tuple[int | None, list[str], float]:
+    script, args = SUITE[name]
+    cmd = [sys.executable, str(HERE / script), *args]
+    print(f"\n=== {name}: {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    lines: list[str] = []
+    with subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        # SIGINT, not SIGTERM: KeyboardInterrupt cancels the run, so the sandboxes' shielded
+        # removal runs; a kill follows if that hangs, and the next guard's start prunes the rest.
+        interrupt = threading.Timer(SCRIPT_TIMEOUT_S, proc.send_signal, [signal.SIGINT])
+        interrupt.start()
+        try:
+            for line in proc.stdout:  # ends at the script's exit (or the interrupt's)
+                print(line, end="", flush=True)
+                lines.append(line.rstrip("\n"))
+            try:
+                rc: int | None = proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                rc = None
+        finally:
+            interrupt.cancel()
+        if rc is not None and time.monotonic() - t0 >= SCRIPT_TIMEOUT_S:
+            rc = None  # interrupted by the timeout
+    return rc, lines, time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Run the benchmark suite with modest defaults.")
+    ap.add_argument("--only", action="append", choices=list(SUITE),
+                    help="run just these (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the benchmarks and their arguments")
+    opts = ap.parse_args()
+    if opts.list:
+        for name, (script, args) in SUITE.items():
+            print(f"{name:20} bench/{script} {' '.join(args)}")
+        return 0
+    results = {name: run(name) for name in (opts.only or SUITE)}
+    print("\n=== summary (full figures and method: BENCHMARKS.md)")
+    failed = 0
+    for name, (rc, lines, secs) in results.items():
+        status = "ok" if rc == 0 else ("TIMEOUT" if rc is None else f"FAILED rc={rc}")
+        failed += rc != 0
+        print(f"--- {name}: {status} in {secs:.0f} s")
+        picked = [ln.removeprefix(f"SUMMARY {name}").lstrip(": ") for ln in lines
+                  if ln.startswith("SUMMARY ")]
+        for ln in picked or lines[-TAIL_LINES:]:
+            print(f"    {ln}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""`mtguard eval [--domain browser|financial] [--sources server,host,user] [--out DIR]`
+
+Replays the MCP-SafetyBench scenarios (plus the 16 tool-call-hook cases) through one guard on
+real sandboxed servers, then prints the report and writes `DIR/report.md`, `DIR/report.json`
+and the raw per-call records `DIR/run.json`. `--from RUN.json` re-renders a recorded run
+(baselines replay on its records) without running anything. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..errors import GuardError
+
+if TYPE_CHECKING:
+    from ..eval.runner import EvalOptions, EvalRun
+    from ..eval.scenario import Scenario
+
+DOMAINS = ("browser", "financial")
+SOURCES = ("server", "host", "user")
+
+
+def _sources(text: str) -> list[str]:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in items if s not in SOURCES]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"sources are {', '.join(SOURCES)}; got {text!r}")
+    return items
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="replay the attack corpus through the guard; DR/FPR tables with baselines",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    p.add_argument(
+        "--domain",
+        choices=DOMAINS,
+        action="append",
+        help="only this domain (repeatable; default: both)",
+    )
+    p.add_argument(
+        "--sources",
+        type=_sources,
+        default=list(SOURCES),
+        help="attack sources, comma-separated (default: server,host,user)",
+    )
+    p.add_argument("--out", metavar="DIR", default="eval-out", help="where to write the report")
+    p.add_argument(
+        "--corpus", metavar="DIR", help="MCP-SafetyBench folder (default: ../shared/...)"
+    )
+    p.add_argument("--cases", metavar="ID,...", help="only these case ids (comma-separated)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="TOML",
+        help="policy file(s) for the guard (default: balanced)",
+    )
+    p.add_argument("--no-enforce", action="store_true", help="skip the enforce-mode passes")
+    p.add_argument(
+        "--from",
+        dest="from_run",
+        metavar="RUN.json",
+        help="render a recorded run instead of running",
+    )
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from ..eval.report import render_json, render_markdown
+    from ..eval.runner import EvalOptions, run_decoder, run_encoder
+
+    out = Path(args.out)
+    if args.from_run:
+        try:
+            run = run_decoder.decode(Path(args.from_run).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise GuardError(f"cannot read the recorded run {args.from_run}: {exc}") from exc
+    else:
+        from ..eval.corpus import load_scenarios
+
+        scenarios = load_scenarios(args.corpus)
+        if args.cases:
+            wanted = {c.strip() for c in args.cases.split(",") if c.strip()}
+            unknown = wanted - {s.case_id for s in scenarios}
+            if unknown:
+                raise GuardError(f"unknown case id(s): {', '.join(sorted(unknown))}")
+            scenarios = [s for s in scenarios if s.case_id in wanted]
+        options = EvalOptions(
+            domains=list(args.domain or DOMAINS),
+            sources=list(args.sources),
+            policies=[str(Path(p).resolve()) for p in args.policy],
+            enforce=not args.no_enforce,
+            command="mtguard " + shlex.join(sys.argv[1:])
+            if sys.argv[1:2] == ["eval"]
+            else "mtguard eval",
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        run = anyio.run(_run, scenarios, options, backend="trio")
+        (out / "run.json").write_bytes(run_encoder.encode(run))
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(run)
+    (out / "report.md").write_text(markdown)
+    (out / "report.json").write_text(render_json(run))
+    print(markdown)
+    print(f"wrote {out / 'report.md'}, {out / 'report.json'}", file=sys.stderr)
+    return 0
+
+
+async def _run(scenarios: list[Scenario], options: EvalOptions) -> EvalRun:
+    from ..eval.runner import run_evaluation
+
+    return await run_evaluation(scenarios, options, progress=sys.stderr)

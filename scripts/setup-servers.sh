@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Widely used MCP servers the real-server tests guard, pinned, installed into .servers/
+# (gitignored) so their dependencies never meet ours: a venv for the PyPI servers, built from
+# the interpreter .venv uses (the sandbox already mounts it), and an npm prefix for Node ones.
+# Idempotent: a stamp per install records the pinned versions; a second run only re-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+PY_SERVERS=(mcp-server-fetch==2026.10.24 mcp-server-git==2026.10.19)
+NPM_SERVERS=(@modelcontextprotocol/server-filesystem@2026.8.31)
+
+[ -x .venv/bin/python ] || die "run scripts/setup-venv.sh first (.venv is missing)"
+base=$(readlink -f .venv/bin/python)
+mkdir -p .servers
+
+want="${base} ${PY_SERVERS[*]}"
+if [ "$(cat .servers/py/.pinned 2>/dev/null)" != "$want" ]; then
+  log "installing ${PY_SERVERS[*]} into .servers/py"
+  rm -rf .servers/py
+  "$base" -m venv .servers/py
+  .servers/py/bin/pip install -q --disable-pip-version-check "${PY_SERVERS[@]}" \
+    > .servers/pip.log 2>&1 || { grep -v "^WARNING: Location" .servers/pip.log >&2; die "pip install of ${PY_SERVERS[*]} failed"; }
+  .servers/py/bin/python -c 'import mcp_server_fetch, mcp_server_git' \
+    || die "the PyPI servers do not import"
+  echo "$want" > .servers/py/.pinned
+fi
+
+want="${NPM_SERVERS[*]}"
+if [ "$(cat .servers/node/.pinned 2>/dev/null)" != "$want" ]; then
+  command -v npm >/dev/null || die "npm is missing (Node 20 + npm expected in /usr/bin)"
+  log "installing ${NPM_SERVERS[*]} into .servers/node"
+  rm -rf .servers/node
+  mkdir -p .servers/node
+  npm install --prefix .servers/node --no-audit --no-fund --loglevel=error "${NPM_SERVERS[@]}" >&2 \
+    || die "npm install of ${NPM_SERVERS[*]} failed"
+  [ -f .servers/node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ] \
+    || die "server-filesystem installed without dist/index.js"
+  echo "$want" > .servers/node/.pinned
+fi

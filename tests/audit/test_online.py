@@ -1,0 +1,115 @@
+"""Online (single-event) rules: each fires on the one event that proves it, stays quiet where
+the post rules would need more context, and fires once per call; plus the verdict merge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mtguard_rt.audit import load_policy
+from mtguard_rt.audit.online import OnlineRules
+from mtguard_rt.config import load_config
+from mtguard_rt.errors import PolicyError
+from mtguard_rt.model import ExecEvent, FileEvent, NetEvent, ProcessNode, Verdict, Violation
+from mtguard_rt.supervisor import _merge_online
+
+from .trees import HOME, ctx_for, opened
+
+POLICY = load_policy()
+SERVER = ProcessNode(key="100@1", pid=100, exe="/usr/bin/python3", learned="seeded")
+CHILD = ProcessNode(key="200@2", pid=200, exe="/usr/bin/cat", learned="observed")
+
+
+def rules(tool: str = "read_file", **arguments: object) -> OnlineRules:
+    return OnlineRules(POLICY, ctx_for(tool, dict(arguments)))
+
+
+def test_canary_read_fires_once_with_the_event_as_evidence() -> None:
+    r = rules(path="notes.txt")
+    v = r.check(CHILD, opened(f"{HOME}/.ssh/id_rsa"))
+    assert v is not None and (v.rule, v.phase, v.mode) == ("canary-touched", "post", "enforce")
+    assert v.evidence == [f"pid 200 /usr/bin/cat open {HOME}/.ssh/id_rsa (read)"]
+    assert r.check(CHILD, opened(f"{HOME}/.ssh/id_rsa")) is None  # once per call
+    assert [f.rule for f in r.fired] == ["canary-touched"]
+
+
+def test_write_only_canary_and_relative_names_defer() -> None:
+    r = rules(path="notes.txt")
+    assert r.check(SERVER, opened(f"{HOME}/.bashrc")) is None  # shells read it
+    rel = FileEvent(ts_ns=1, op="open", path=".ssh/id_rsa", resolved=False, flags=["read"])
+    assert r.check(CHILD, rel) is None  # the post rules match relative names by tail
+    wrote = r.check(CHILD, opened(f"{HOME}/.bashrc", "write", "truncate"))
+    assert wrote is not None and wrote.rule == "canary-touched"
+
+
+def test_persistence_write_fires_unless_the_arguments_name_it() -> None:
+    cron = FileEvent(ts_ns=1, op="rename", path="/tmp/x", target="/etc/cron.d/job")
+    v = rules(path="notes.txt").check(CHILD, cron)
+    assert v is not None and v.rule == "persistence-write" and "/etc/cron.d/job" in v.evidence[0]
+    assert rules(path="/etc/cron.d/job").check(CHILD, cron) is None
+    assert rules(path="x").check(CHILD, opened("/etc/cron.d/job")) is None  # a read
+
+
+def test_shell_exec_fires_for_non_command_tools_only() -> None:
+    sh = ExecEvent(ts_ns=1, path="/usr/bin/sh", argv=["sh", "-c", "id"])
+    v = rules("read_file", path="a").check(CHILD, sh)
+    assert v is not None and v.rule == "unexpected-shell"
+    assert v.evidence == ["pid 200 /usr/bin/cat executed sh -c id"]
+    assert rules("run_command", command="id").check(CHILD, sh) is None
+    assert rules("read_file", path="a").check(SERVER, sh) is None  # the server itself
+    ls = ExecEvent(ts_ns=1, path="/usr/bin/ls", argv=["ls"])
+    assert rules("read_file", path="a").check(CHILD, ls) is None
+
+
+def test_connect_fires_only_for_underived_non_loopback_addresses() -> None:
+    def conn(address: str, port: int = 443) -> NetEvent:
+        return NetEvent(ts_ns=1, op="connect", family="ipv4", address=address, port=port)
+
+    v = rules(path="a").check(CHILD, conn("203.0.113.7"))
+    assert v is not None and v.evidence == ["pid 200 /usr/bin/cat connected to 203.0.113.7:443"]
+    assert rules(path="a").check(CHILD, conn("127.0.0.1")) is None
+    assert rules(path="a").check(CHILD, conn("203.0.113.7", 53)) is None  # the resolver
+    assert rules(url="http://203.0.113.7/x").check(CHILD, conn("203.0.113.7")) is None
+    # a named host may resolve to this address: only the tree's DNS can tell
+    assert rules(url="https://example.com/").check(CHILD, conn("203.0.113.7")) is None
+
+
+def test_merge_puts_the_kill_first_and_denies_in_phase_post() -> None:
+    online = Violation(
+        rule="canary-touched",
+        phase="post",
+        mode="enforce",
+        reason="r",
+        evidence=["pid 1 open x (read)", "terminated online: SIGKILL to pid(s) [1]"],
+    )
+    post = Verdict(decision="deny", phase="post", violations=[
+        Violation(rule="canary-touched", phase="post", mode="enforce", reason="r",
+                  evidence=["post line"])])  # fmt: skip
+    merged = _merge_online(post, [online])
+    assert merged.rules == ["canary-touched"]
+    assert merged.violations[0].evidence[1].startswith("terminated online")
+    assert merged.violations[0].evidence[-1] == "post line"
+    alone = _merge_online(Verdict(), [online])
+    assert (alone.decision, alone.phase, alone.rules) == ("deny", "post", ["canary-touched"])
+    observed = Violation(rule="unexpected-shell", phase="post", mode="observe", reason="r")
+    assert _merge_online(Verdict(), [observed]).decision == "allow"
+
+
+def test_online_config_and_policy_lists(tmp_path: Path) -> None:
+    good = tmp_path / "g.toml"
+    good.write_text('[online]\nmode = "observe"\nkill_on_touch = false\n')
+    online = load_config(good).online
+    assert (online.mode, online.kill_on_touch) == ("observe", False)
+    assert (load_config(None).online.mode, load_config(None).online.kill_on_touch) == (
+        "enforce",
+        True,
+    )
+    bad = tmp_path / "b.toml"
+    bad.write_text('[online]\nmode = "kill"\n')
+    with pytest.raises(PolicyError):
+        load_config(bad)
+    lists = POLICY.spec.lists
+    assert "/etc/shadow" in lists.protected_paths
+    assert "/usr/bin/sudo" in lists.forbidden_executables
+    assert all(p.startswith("/") for p in [*lists.protected_paths, *lists.forbidden_executables])
