@@ -112,7 +112,7 @@ async def run_demo(out: Path) -> int:
     _say(
         f"\naudit log: {out / 'audit.jsonl'}\nHTML report: {report}\n"
         f"OTLP traces: {out / 'traces.jsonl'} (load into Jaeger: see otel/README.md)\n"
-        f"view again: mtguard view {out / 'audit.jsonl'} [--html report.html]"
+        f"view again: mtguard view {out / 'audit.jsonl'} --compact [--html report.html]"
     )
     denied = [r for r in records if r.decision == "deny"]
     return 0 if len(records) == 4 and len(denied) == 3 else 1

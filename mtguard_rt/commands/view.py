@@ -32,9 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--tool", metavar="T", help="only calls of this tool")
     p.add_argument("--call", metavar="ID", help="only the call with this call id or JSON-RPC id")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
-    p.add_argument("--raw", action="store_true",
-                   help="show every event (default: hide noise such as shared-library and "
-                   "locale loads, per policies/noise.toml)")
+    p.add_argument("--compact", action="store_true",
+                   help="hide noise such as shared-library and locale loads and loopback "
+                   "traffic (policies/noise.toml); default: every event")
     p.add_argument(
         "--color", action=argparse.BooleanOptionalAction, default=None,
         help="colour the terminal output (default: only on a TTY)",
@@ -71,7 +71,7 @@ def run_view(args: argparse.Namespace) -> int:
     records = list(
         select(read_audit_log(args.audit), denied=args.denied, tool=args.tool, call=args.call)
     )
-    if not args.raw:
+    if args.compact:
         records = without_noise(records)
     if args.html:
         page = render_html(records, source=os.path.basename(args.audit))

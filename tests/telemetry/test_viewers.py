@@ -125,3 +125,12 @@ def test_deep_fork_chain_is_cut_not_recursed() -> None:
         node, depth = node.children[0], depth + 1
     assert depth == MAX_DEPTH + 1 and node.kind == "note"
     assert "deeper" in render_text([record])
+
+
+def test_compact_view_hides_noise_but_keeps_the_key_read(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, full, _ = view(capsys, str(log), "--call", "7", "--no-color")
+    _, compact, _ = view(capsys, str(log), "--call", "7", "--no-color", "--compact")
+    assert "open /etc/ld.so.cache" in full and "open /etc/ld.so.cache" not in compact
+    assert f"open {SSH_KEY}" in compact and "◀ secret-file-read" in compact
