@@ -49,7 +49,22 @@ def _missing(marker: str) -> str | None:
     return None
 
 
+def require_corpus() -> None:
+    """Skip (with the path) when the MCP-SafetyBench corpus is not beside the checkout.
+
+    The corpus is data the project must not copy (it is read from ../shared/corpora at run
+    time, or $MTGUARD_CORPUS_DIR); a machine without it cannot run these tests, whatever
+    MTGUARD_REQUIRE_REAL says. Everything else the evaluation needs is tested without it.
+    """
+    from mtguard_rt.eval.corpus import default_corpus_dir
+
+    if not default_corpus_dir().is_dir():
+        pytest.skip(f"the MCP-SafetyBench corpus is not at {default_corpus_dir()}")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("corpus") is not None:
+        require_corpus()
     for marker in ("root", "bpf", "docker", "chromium"):
         if item.get_closest_marker(marker) is None:
             continue

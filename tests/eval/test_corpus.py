@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from mtguard_rt.errors import CorpusError
 from mtguard_rt.eval.attack_evaluators import attack_succeeded
-from mtguard_rt.eval.corpus import default_corpus_dir, load_corpus, load_scenarios
+from mtguard_rt.eval.corpus import load_corpus, load_scenarios
 from mtguard_rt.eval.scenario import (
     AttackEvaluator,
     ExecutedCall,
@@ -20,6 +19,7 @@ from mtguard_rt.eval.scenario import (
     scenario_decoder,
     scenario_encoder,
 )
+from tests.conftest import require_corpus
 
 # The README's 17 attack types and the cases of each, counted from the published files.
 TYPES = {
@@ -45,8 +45,7 @@ TYPES = {
 
 @pytest.fixture(scope="module")
 def corpus() -> list[Scenario]:
-    if not default_corpus_dir().is_dir() and os.environ.get("MTGUARD_REQUIRE_REAL") != "1":
-        pytest.skip(f"the MCP-SafetyBench corpus is not at {default_corpus_dir()}")
+    require_corpus()
     return load_corpus()
 
 

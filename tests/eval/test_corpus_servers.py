@@ -11,9 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from mtguard_rt.eval.corpus import default_corpus_dir, load_corpus
+from mtguard_rt.eval.corpus import load_corpus
 from mtguard_rt.eval.mcp_client import open_stdio_client
 from mtguard_rt.eval.scenario import Scenario
+from tests.conftest import require_corpus
 
 pytestmark = pytest.mark.anyio
 FINANCE = [sys.executable, str(Path(__file__).resolve().parents[2] / "examples/servers/finance.py")]
@@ -26,8 +27,7 @@ def text(result: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def cases() -> dict[str, Scenario]:
-    if not default_corpus_dir().is_dir() and os.environ.get("MTGUARD_REQUIRE_REAL") != "1":
-        pytest.skip(f"the MCP-SafetyBench corpus is not at {default_corpus_dir()}")
+    require_corpus()
     return {s.case_id: s for s in load_corpus()}
 
 

@@ -18,6 +18,7 @@ BOUND_S = 150  # BPF load ~3 s, 8 passes of 1-2 fresh sandboxes ~2-7 s each on 2
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.corpus
 async def test_two_scenarios_through_one_guard() -> None:
     scenarios = [s for s in load_scenarios() if s.case_id in CASES]
     progress = io.StringIO()

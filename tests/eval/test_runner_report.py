@@ -214,6 +214,7 @@ def test_percentile_is_nearest_rank() -> None:
     assert (percentile(values, 50), percentile(values, 95), percentile([], 50)) == (10.0, 19.0, 0.0)
 
 
+@pytest.mark.corpus
 def test_declared_trajectories_put_the_benign_call_where_the_host_swapped() -> None:
     by_id = {s.case_id: s for s in load_scenarios()}
     hook = by_id["tch_financial_03"]
@@ -226,6 +227,7 @@ def test_declared_trajectories_put_the_benign_call_where_the_host_swapped() -> N
     assert declared_trajectory(server) == server.attacked
 
 
+@pytest.mark.corpus
 def test_seam_swaps_once_then_passes_calls_through() -> None:
     seam = Seam()
     original = DeclaredCall(call_id="1", server="yfinance", tool="get_stock_info")
@@ -268,6 +270,7 @@ def test_side_effects_from_a_tree() -> None:
     ]
 
 
+@pytest.mark.corpus
 def test_localise_points_the_tasks_sites_at_their_local_copies() -> None:
     by_id = {s.case_id: s for s in load_scenarios()}
     s = localise(by_id["playwright_booking_task_0001"], "http://127.0.0.1:9")

@@ -27,6 +27,7 @@ import pytest
 
 from mtguard_rt.eval.corpus import default_corpus_dir
 from mtguard_rt.eval.mcp_client import open_stdio_client
+from tests.conftest import require_corpus
 
 SITES = Path(__file__).resolve().parents[2] / "examples" / "sites"
 SITE_START_S = 15.0  # python start-up plus one bind, on a loaded 2-core machine
@@ -131,8 +132,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 @pytest.mark.anyio
 async def test_tools_cover_the_benchmark(site: str) -> None:
     corpus = default_corpus_dir()
-    if not corpus.is_dir() and os.environ.get("MTGUARD_REQUIRE_REAL") != "1":
-        pytest.skip(f"the MCP-SafetyBench corpus is not at {corpus}")
+    require_corpus()
     readme = (corpus / "README.md").read_text()
     used = " ".join(p.read_text() for p in (corpus / "browser_automation").glob("*.json"))
     wanted = set(re.findall(r"`(playwright_\w+)\(", readme))
