@@ -15,7 +15,7 @@ import copy
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,24 +106,24 @@ def wrap_config(
     only: Sequence[str] = (),
 ) -> Rewrite:
     """A copy of `config` with its stdio servers wrapped (those in `only`, when given)."""
-    out = copy.deepcopy(config)
-    changes = []
-    for table in server_tables(out):
-        for name, entry in table.items():
-            if only and name not in only:
-                action = "skipped"
-            elif not is_stdio(entry):
-                action = "remote"
-            elif is_wrapped(entry):
-                action = "already wrapped"
-            else:
-                table[name] = wrap_entry(name, entry, mtguard=mtguard, options=options)
-                action = "wrapped"
-            changes.append(Change(name, action))
-    return Rewrite(out, changes)
+    return _rewrite(
+        config, only, want_wrapped=False, done="wrapped", skip="already wrapped",
+        change=lambda name, entry: wrap_entry(name, entry, mtguard=mtguard, options=options),
+    )
 
 
 def unwrap_config(config: dict[str, Any], *, only: Sequence[str] = ()) -> Rewrite:
+    return _rewrite(
+        config, only, want_wrapped=True, done="unwrapped", skip="not wrapped",
+        change=lambda _name, entry: unwrap_entry(entry),
+    )
+
+
+def _rewrite(
+    config: dict[str, Any], only: Sequence[str], *, want_wrapped: bool, done: str, skip: str,
+    change: Callable[[str, dict[str, Any]], dict[str, Any]],
+) -> Rewrite:
+    """Apply `change` to every stdio server whose wrapped state is `want_wrapped`."""
     out = copy.deepcopy(config)
     changes = []
     for table in server_tables(out):
@@ -132,11 +132,11 @@ def unwrap_config(config: dict[str, Any], *, only: Sequence[str] = ()) -> Rewrit
                 action = "skipped"
             elif not is_stdio(entry):
                 action = "remote"
-            elif not is_wrapped(entry):
-                action = "not wrapped"
+            elif is_wrapped(entry) != want_wrapped:
+                action = skip
             else:
-                table[name] = unwrap_entry(entry)
-                action = "unwrapped"
+                table[name] = change(name, entry)
+                action = done
             changes.append(Change(name, action))
     return Rewrite(out, changes)
 
