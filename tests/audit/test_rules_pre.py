@@ -66,6 +66,9 @@ def test_sensitive_file_arg_sees_base64_payloads() -> None:
         ("rm -rf / --no-preserve-root", "destructive rm"),
         ("rm -rf ~", "destructive rm"),
         ("cd /tmp && rm -fr *", "destructive rm"),
+        ("rm -rf /var/*", "destructive rm"),
+        ("rm -rf /etc/", "destructive rm"),
+        ("rm -rf $HOME/*", "destructive rm"),
         (r"printf '\x63\x75\x72\x6c\x20\x78' | sh", "hex decoded into a shell"),
     ],
 )
@@ -85,6 +88,8 @@ def test_dangerous_shell_decodes_obfuscated_payload() -> None:
     [
         "ls -la /workspace",
         "rm -rf build/",
+        "rm -rf /tmp/build-cache",
+        "rm -f /work/out/report.txt",
         "curl -o out.html https://example.org",
         "grep -r sudoku .",
     ],
