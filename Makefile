@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MTG    := $(VENV)/bin/mtguard
 
-.PHONY: setup host venv image servers demo test bench lint clean
+.PHONY: setup host venv image servers examples demo test bench lint clean
 
 setup: host venv image servers
 
@@ -25,7 +25,13 @@ servers: venv
 demo: setup
 	@$(MTG) demo
 
-test: setup
+# --- agent-framework examples (examples/agentscope): their own pinned venv, .venv-agentscope;
+# only the tests need it, so only `make test` installs it.
+examples: venv
+	@scripts/setup-examples.sh
+# --- end of agent-framework examples
+
+test: setup examples
 	MTGUARD_REQUIRE_REAL=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
@@ -38,4 +44,4 @@ lint: venv
 
 clean:
 	-$(MTG) sandbox prune
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-agentscope .pytest_cache

@@ -24,13 +24,16 @@ KILL_GRACE_S = 30.0  # after stdout closes (or the interrupt), for the script's 
 # name -> (script, modest arguments)
 SUITE: dict[str, tuple[str, list[str]]] = {
     "audit_rules": ("audit_rules.py", ["--iterations", "500"]),
+    "profile_matcher": ("profile_matcher.py", ["--iterations", "300"]),
     "monitor_overhead": ("monitor_overhead.py", ["--calls", "200"]),
     "monitor_throughput": ("monitor_throughput.py", ["--sizes", "50000,200000"]),
     "online_kill": ("online_kill.py", ["--calls", "50", "--heavy-calls", "10", "--files", "1000"]),
     "sandbox_startup": ("sandbox_startup.py", ["--starts", "5", "--calls", "300"]),
     "bpf_tax": ("bpf_tax.py", ["--rounds", "3", "--calls", "150"]),
+    "stdio_integrity": ("stdio_integrity.py", ["--pairs", "100000", "--calls", "200"]),
     "guard_overhead": ("guard_overhead.py", ["--calls", "200", "--proxy-calls", "100"]),
     "load": ("load.py", []),  # the sizes: 1,000 sequential, 8 servers x 100
+    "rollback": ("rollback.py", ["--calls", "20", "--denials", "3"]),  # 10,000-file workspace
 }
 TAIL_LINES = 4  # shown in the summary for scripts that print no SUMMARY line
 

@@ -39,4 +39,26 @@ struct pending {
     u64 a[6];
 };
 
+/* ---- socket transport (net-transport block, see monitor.bpf.c) ---- */
+/* `socks` value, keyed by tgid << 32 | fd */
+struct sock_info {
+    u8 transport;   /* a transport code (kinds.TRANSPORTS), 0 unknown */
+    u8 connected;   /* a non-TCP socket with a connected peer (the destination below) */
+    u16 family;     /* destination: the connected peer, else the last explicit one */
+    u16 port;
+    u16 pad;
+    u32 sent;       /* datagrams to the destination since it was set */
+    u32 reported;   /* `sent` as last emitted in an EV_NET_SENT record */
+    u8 addr[16];
+};
+
+/* socket()/socketpair() arguments, enter -> exit */
+struct sock_args {
+    u32 family;
+    u32 type;
+    u32 protocol;
+    u32 pad;
+    u64 vec;        /* socketpair's int[2] */
+};
+
 #endif

@@ -181,6 +181,592 @@ static __always_inline int take(u32 kind, struct pending *out)
     return 1;
 }
 
+/* ---- socket transport and datagram egress (net-transport block) ---------------- */
+
+/* Which transport each socket fd is, so a connect says tcp/udp/..., and whether a connected
+ * datagram socket ever sent anything: a UDP connect() sends no packet (browsers probe
+ * IPv6 reachability that way), only the datagrams that follow it leave the host.
+ * `socks` is keyed by tgid << 32 | fd: filled at socket/socketpair/accept/dup exit,
+ * deleted at close. A forked child (until it execs) falls back to its ancestors' entries
+ * (`sock_parent`, 3 generations) and takes its own copy on first use; a child's close or
+ * dup over an inherited number leaves a tombstone (an unknown, unconnected entry) so the
+ * fallback cannot revive it. Not followed: close_range(), fcntl(F_DUPFD), fds received over
+ * SCM_RIGHTS or with pidfd_getfd, inherited fds after an exec: such a socket is unknown
+ * (0, counted as egress when it connects), or a stale entry of the same number. One that
+ * stays connected sends unseen without an address. A stale entry can
+ * claim a datagram transport for what is a TCP socket, so a TCP connect is recognised
+ * independently of the map: by its SYN_SENT transition (sock:inet_sock_set_state) during
+ * the same syscall, which also catches TCP Fast Open connects made by sendto/sendmsg.
+ * Records: EV_CONNECT and EV_ACCEPT carry the transport in a3. EV_NET_SENT: a0 = fd,
+ * a1 = family, a2 = port, addr = destination, a3 = datagrams to it so far, ret = transport,
+ * EVF_CONNECTED when the destination is the connected peer; emitted when the count
+ * reaches 1, 2, 4, 8, ... and with the final count at close (an exit without close leaves
+ * a lower bound). Counted: sendto, sendmsg, sendmmsg (the first message's destination
+ * for all of them), write and writev. Not counted: sendfile, splice, io_uring. */
+BPF_TABLE("lru_hash", u64, struct sock_info, socks, MT_MAX_SOCKS);
+BPF_TABLE("lru_hash", u32, struct sock_args, sock_new, MT_MAX_PENDING);
+BPF_TABLE("lru_hash", u32, u8, tcp_syn, MT_MAX_PENDING);  /* tid: SYN_SENT in this syscall */
+BPF_TABLE("lru_hash", u32, s32, sock_wr, MT_MAX_PENDING); /* tid: write to a connected socket */
+BPF_TABLE("lru_hash", u32, u32, sock_parent, MT_MAX_PENDING); /* forked tgid -> parent tgid */
+
+static __always_inline int read_sockaddr(struct event *e, const void *sa);
+
+static __always_inline u64 sock_key(u64 fd)
+{
+    return ((bpf_get_current_pid_tgid() >> 32) << 32) | (u32)fd;
+}
+
+/* The fd's entry: the task's own, else (a forked child that has not exec'd) the nearest
+ * ancestor's, copied into the task's own key when `copy` (its counters are its own). */
+static __always_inline struct sock_info *sock_ancestor(u64 fd)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        u32 *up = sock_parent.lookup(&tgid);
+        if (!up)
+            return NULL;
+        tgid = *up;
+        u64 akey = ((u64)tgid << 32) | (u32)fd;
+        struct sock_info *anc = socks.lookup(&akey);
+        if (anc)
+            return anc;
+    }
+    return NULL;
+}
+
+static __always_inline struct sock_info *sock_find(u64 fd, int copy)
+{
+    u64 key = sock_key(fd);
+    struct sock_info *si = socks.lookup(&key);
+    if (si)
+        return si;
+    struct sock_info *anc = sock_ancestor(fd);
+    if (!anc || !copy)
+        return anc;
+    struct sock_info c = *anc;
+    socks.update(&key, &c);
+    return socks.lookup(&key);
+}
+
+/* This task's fd is no longer a socket we know: a tombstone when an ancestor's entry of
+ * that number would otherwise be found, else nothing. */
+static __always_inline void sock_forget(u64 fd)
+{
+    u64 key = sock_key(fd);
+    if (sock_ancestor(fd)) {
+        struct sock_info tomb = {};
+        socks.update(&key, &tomb);
+    } else {
+        socks.delete(&key);
+    }
+}
+
+static __always_inline void sock_fork(u32 child)
+{
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    sock_parent.update(&child, &parent);
+}
+
+/* A successful exec keeps the fds without CLOEXEC, but closes the others unseen: an
+ * ancestor's entries can no longer be trusted for this task. */
+static __always_inline void sock_exec(long ret)
+{
+    if (ret != 0)
+        return;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    sock_parent.delete(&tgid);
+}
+
+static __always_inline u8 sock_transport(u32 family, u32 type, u32 proto)
+{
+    if (family != 2 && family != 10)
+        return MT_TR_OTHER;
+    type &= 0xf; /* without SOCK_NONBLOCK / SOCK_CLOEXEC */
+    if (type == 1) /* SOCK_STREAM: TCP, MPTCP (SCTP and others are "other") */
+        return (proto == 0 || proto == 6 || proto == 262) ? MT_TR_TCP : MT_TR_OTHER;
+    if (type == 2) { /* SOCK_DGRAM: UDP, UDP-Lite, ICMP echo ("ping") sockets */
+        if (proto == 1 || proto == 58)
+            return MT_TR_ICMP;
+        return (proto == 0 || proto == 17 || proto == 136) ? MT_TR_UDP : MT_TR_OTHER;
+    }
+    if (type == 3)
+        return MT_TR_RAW;
+    return MT_TR_OTHER;
+}
+
+static __always_inline void sock_put(u64 fd, u8 transport)
+{
+    u64 key = sock_key(fd);
+    struct sock_info si = {};
+    si.transport = transport;
+    socks.update(&key, &si);
+}
+
+static __always_inline int sock_enter(u32 family, u32 type, u32 protocol, u64 vec)
+{
+    if (!watched())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct sock_args a = {};
+    a.family = family;
+    a.type = type;
+    a.protocol = protocol;
+    a.vec = vec;
+    sock_new.update(&tid, &a);
+    return 0;
+}
+
+static __always_inline int sock_exit(long ret)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct sock_args *a = sock_new.lookup(&tid);
+    if (!a)
+        return 0;
+    struct sock_args c = *a;
+    sock_new.delete(&tid);
+    if (ret < 0)
+        return 0;
+    u8 t = sock_transport(c.family, c.type, c.protocol);
+    if (!c.vec) {
+        sock_put(ret, t);
+        return 0;
+    }
+    s32 fds[2] = {};
+    if (bpf_probe_read_user(fds, sizeof(fds), (void *)c.vec) < 0)
+        return 0;
+    sock_put(fds[0], t);
+    sock_put(fds[1], t);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_socket)
+{
+    return sock_enter(args->family, args->type, args->protocol, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_socket) { return sock_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_enter_socketpair)
+{
+    return sock_enter(args->family, args->type, args->protocol, (u64)args->usockvec);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_socketpair) { return sock_exit(args->ret); }
+
+/* A TCP (or MPTCP) socket entering SYN_SENT: only a connect, or a Fast Open send, of the
+ * current task does that, inside that syscall. */
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->newstate != 2 || (args->protocol != 6 && args->protocol != 262) || !watched())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u8 one = 1;
+    tcp_syn.update(&tid, &one);
+    return 0;
+}
+
+static __always_inline int tcp_syn_seen(void)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    if (!tcp_syn.lookup(&tid))
+        return 0;
+    tcp_syn.delete(&tid);
+    return 1;
+}
+
+/* close: the final count if it was not reported yet, then forget the fd */
+static __always_inline void sock_closed(u64 fd)
+{
+    u64 key = sock_key(fd);
+    struct sock_info *si = socks.lookup(&key);
+    if (!si) {
+        sock_forget(fd); /* maybe an inherited socket closed in the child */
+        return;
+    }
+    if (si->sent != si->reported && si->family) {
+        struct event *e = new_event(EV_NET_SENT);
+        if (e) {
+            e->a0 = fd;
+            e->a1 = si->family;
+            e->a2 = si->port;
+            e->a3 = si->sent;
+            e->ret = si->transport;
+            if (si->connected)
+                e->flags |= EVF_CONNECTED;
+            __builtin_memcpy(e->addr, si->addr, sizeof(e->addr));
+            submit(e);
+        }
+    }
+    sock_forget(fd);
+}
+
+static __always_inline void sock_dup(u64 oldfd, u64 newfd)
+{
+    u64 nkey = sock_key(newfd);
+    struct sock_info *si = sock_find(oldfd, 0);
+    if (si) {
+        struct sock_info c = *si;
+        socks.update(&nkey, &c);
+    } else {
+        sock_forget(newfd);
+    }
+}
+
+/* accept: the new fd has the listener's transport; returns it for the record */
+static __always_inline u8 sock_accepted(u64 lfd, long fd)
+{
+    struct sock_info *si = sock_find(lfd, 0);
+    u8 t = si ? si->transport : 0;
+    sock_put(fd, t);
+    return t;
+}
+
+/* connect exit (e holds ret and the address read by read_sockaddr; port < 0: none): the
+ * transport for the record; a datagram socket remembers its peer, AF_UNSPEC forgets it */
+static __always_inline u8 sock_connected(struct event *e, u64 fd, int port)
+{
+    int syn = tcp_syn_seen();
+    struct sock_info *si = sock_find(fd, 1);
+    u8 t = syn ? MT_TR_TCP : (si ? si->transport : 0);
+    if (!si)
+        return t;
+    if (syn) {
+        si->transport = MT_TR_TCP; /* a stale entry said otherwise */
+        si->connected = 0;
+        return t;
+    }
+    if (t == MT_TR_TCP)
+        return t;
+    if (port >= 0 && e->ret == 0) {
+        si->connected = 1;
+        si->family = e->a1;
+        si->port = port;
+        __builtin_memcpy(si->addr, e->addr, sizeof(si->addr));
+        si->sent = 0;
+        si->reported = 0;
+    } else if (port < 0 && e->a1 == 0) { /* AF_UNSPEC: dissolve the association */
+        si->connected = 0;
+        si->family = 0;
+        si->sent = 0;
+        si->reported = 0;
+    }
+    return t;
+}
+
+/* n datagrams (n > 0) left through fd, to the explicit destination `sa` (user memory, may
+ * be NULL) or else to the connected peer. Streams are skipped (their connect was the
+ * egress) unless this very syscall made the TCP connection (Fast Open). */
+static __always_inline void sock_sent(u64 fd, long n, const void *sa)
+{
+    int tfo = tcp_syn_seen();
+    if (n <= 0)
+        return;
+    u64 key = sock_key(fd);
+    struct sock_info *si = sock_find(fd, 1);
+    if (!si) { /* not seen created: count it under an unknown transport from now on */
+        struct sock_info fresh = {};
+        socks.update(&key, &fresh);
+        si = socks.lookup(&key);
+        if (!si)
+            return;
+    }
+    u8 t = tfo ? MT_TR_TCP : si->transport;
+    if (t == MT_TR_TCP && !tfo)
+        return;
+    struct event *e = new_event(EV_NET_SENT);
+    if (!e)
+        return;
+    e->a0 = fd;
+    e->ret = t;
+    int port = read_sockaddr(e, sa);
+    u64 dst[2] = {};
+    u64 cur[2] = {};
+    __builtin_memcpy(dst, e->addr, sizeof(dst));
+    __builtin_memcpy(cur, si->addr, sizeof(cur));
+    int same = si->family == e->a1 && si->port == port && dst[0] == cur[0] && dst[1] == cur[1];
+    if (port < 0 || (si->connected && same)) {
+        if (!si->connected)
+            return; /* no destination: not a datagram to anywhere we can name */
+        e->a1 = si->family;
+        e->a2 = si->port;
+        __builtin_memcpy(e->addr, si->addr, sizeof(e->addr));
+        e->flags |= EVF_CONNECTED;
+    } else if (si->connected || tfo) {
+        e->a3 = n; /* another destination than the peer, or a Fast Open: each reported */
+        submit(e);
+        return;
+    } else if (!same) { /* a new destination restarts the count */
+        si->family = e->a1;
+        si->port = port;
+        __builtin_memcpy(si->addr, e->addr, sizeof(si->addr));
+        si->sent = 0;
+        si->reported = 0;
+    }
+    u32 old = si->sent;
+    u32 now = old + (u32)n;
+    si->sent = now;
+    if ((old ^ now) <= old)
+        return; /* the count's highest bit did not move: not reported */
+    si->reported = now;
+    e->a3 = now;
+    submit(e);
+}
+
+/* user_msghdr.msg_name (offset 0) */
+static __always_inline const void *msg_name(const void *msg)
+{
+    u64 name = 0;
+    bpf_probe_read_user(&name, sizeof(name), msg);
+    return (const void *)name;
+}
+
+/* write/writev to a connected datagram socket: attached by name (kinds.NAMED_TRACEPOINTS)
+ * so other sections can have their own programs on these tracepoints. The records are
+ * read at fixed offsets (syscall tracepoints: args at 16 + 8 * i, ret at 16). */
+int mt_sock_write_enter(void *ctx)
+{
+    u64 fd = 0;
+    bpf_probe_read_kernel(&fd, sizeof(fd), (char *)ctx + 16);
+    u64 key = sock_key(fd);
+    struct sock_info *si = socks.lookup(&key); /* only watched tasks have entries */
+    if (!si) {
+        u32 tgid = key >> 32;
+        if (!sock_parent.lookup(&tgid)) /* the common miss: one more lookup, no more */
+            return 0;
+        si = sock_find(fd, 1);
+    }
+    if (!si || !si->connected)
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    s32 f = fd;
+    sock_wr.update(&tid, &f);
+    return 0;
+}
+
+int mt_sock_write_exit(void *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    s32 *f = sock_wr.lookup(&tid);
+    if (!f)
+        return 0;
+    s32 fd = *f;
+    sock_wr.delete(&tid);
+    s64 ret = 0;
+    bpf_probe_read_kernel(&ret, sizeof(ret), (char *)ctx + 16);
+    sock_sent(fd, ret >= 0 ? 1 : 0, NULL);
+    return 0;
+}
+
+/* ---- end of the net-transport block --------------------------------------------- */
+
+/* ---- stdio integrity (H2): the bytes a server reads from / writes to its MCP wire ------ *
+ * `wire` maps (tgid << 32 | fd) to the stream of the sandbox's stdio pipe that fd is: user
+ * space seeds fd 0 / fd 1 of the sandbox's first processes when the watch starts; the kernel
+ * then follows them through dup/dup2/dup3/fcntl(F_DUPFD*) (the MCP SDK serves from private
+ * duplicates and points fd 0/1 elsewhere), close and fork (fds 0 and 1 only). The value holds
+ * the cgroup so a reused pid elsewhere never matches. read/readv of a stdin fd and
+ * write/writev of a stdout fd are paired enter -> exit in `io_pending` (not the shared
+ * `pending`: other sections trace write too); the exit copies min(ret, MT_IO_CAP) bytes in
+ * EV_STDIO records of at most MT_IO_CHUNK bytes (readv/writev: the first MT_IO_CHUNK of each
+ * iovec): a0 = stream, a1 = offset of the chunk in the syscall's data, a2 = ret, a3 = fd;
+ * EVF_TRUNC1 when not all of ret was captured, EVF_FAULT when the buffer was unreadable.
+ * Cost off the wire: a hash lookup at each read/write enter and exit, host-wide (measured in
+ * bench/stdio_integrity.py). Not seen: splice/sendfile/vmsplice, io_uring (reported as
+ * blind); a CLOEXEC wire fd stays marked after exec until closed or reused. */
+struct wire_val {
+    u64 cgroup_id;
+    u32 stream;
+    u32 pad;
+};
+
+struct io_pending {
+    u64 buf;    /* buffer, or the iovec array for readv/writev */
+    u64 vlen;   /* iovec count; 0 for read/write */
+    s64 fd;
+    u32 stream; /* MT_WIRE_STDIN / MT_WIRE_STDOUT; ~0 for an fcntl dup in flight */
+    u32 vec;
+};
+
+BPF_TABLE("lru_hash", u64, struct wire_val, wire, MT_MAX_WIRE);
+BPF_TABLE("lru_hash", u32, struct io_pending, io_pending, MT_MAX_PENDING);
+
+#define IO_DUP_ (~0U)
+
+static __always_inline u64 wire_key(u64 fd)
+{
+    return ((bpf_get_current_pid_tgid() >> 32) << 32) | (u32)fd;
+}
+
+/* The wire stream of fd in the current process, or -1. */
+static __always_inline int wire_stream(u64 fd)
+{
+    u64 key = wire_key(fd);
+    struct wire_val *w = wire.lookup(&key);
+    if (!w || w->cgroup_id != bpf_get_current_cgroup_id())
+        return -1;
+    return w->stream;
+}
+
+/* newfd = dup(oldfd) succeeded: newfd is the wire iff oldfd is (dup2 over a wire fd ends it) */
+static __always_inline void wire_dup(u64 oldfd, u64 newfd)
+{
+    u64 ko = wire_key(oldfd), kn = wire_key(newfd);
+    struct wire_val *w = wire.lookup(&ko);
+    if (w) {
+        struct wire_val v = *w;
+        wire.update(&kn, &v);
+    } else {
+        wire.delete(&kn);
+    }
+}
+
+static __always_inline void wire_close(u64 fd)
+{
+    u64 key = wire_key(fd);
+    wire.delete(&key);
+}
+
+/* a new process inherits the parent's wire fds 0 and 1 */
+static __always_inline void wire_fork(u32 child)
+{
+    for (u32 fd = 0; fd < 2; fd++) {
+        u64 kp = wire_key(fd);
+        struct wire_val *w = wire.lookup(&kp);
+        if (!w)
+            continue;
+        struct wire_val v = *w;
+        u64 kc = ((u64)child << 32) | fd;
+        wire.update(&kc, &v);
+    }
+}
+
+static __always_inline int io_enter(u64 fd, u64 buf, u64 vlen, u32 want, u32 vec)
+{
+    if (wire_stream(fd) != (int)want)
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct io_pending p = {};
+    p.buf = buf;
+    p.vlen = vlen;
+    p.fd = (s64)fd;
+    p.stream = want;
+    p.vec = vec;
+    io_pending.update(&tid, &p);
+    return 0;
+}
+
+/* One record of n bytes from src, at the offset already in e->a1. Loop state lives in the
+ * event (map memory, which the verifier does not track), so loop iterations prune. */
+static __always_inline long io_chunk(struct event *e, const char *src, u64 n)
+{
+    n &= MT_DATA_MAX - 1; /* n <= MT_IO_CHUNK < MT_DATA_MAX: the mask tells the verifier */
+    long err = bpf_probe_read_user(e->data, n, src);
+    if (err < 0) {
+        e->flags |= EVF_FAULT;
+        n = 0;
+    }
+    e->len1 = n;
+    if (events.ringbuf_output(e, HDR_SIZE + n, BPF_RB_FORCE_WAKEUP) != 0)
+        count_drop(EV_STDIO);
+    return err;
+}
+
+static __always_inline int io_exit(long ret)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct io_pending *pp = io_pending.lookup(&tid);
+    if (!pp)
+        return 0;
+    struct io_pending p = *pp;
+    io_pending.delete(&tid);
+    if (p.stream == IO_DUP_) {
+        if (ret >= 0)
+            wire_dup(p.fd, ret);
+        return 0;
+    }
+    if (ret <= 0)
+        return 0;
+    struct event *e = new_event(EV_STDIO); /* one header, re-sent per chunk */
+    if (!e)
+        return 0;
+    e->a0 = p.stream;
+    e->a2 = ret;
+    e->a3 = p.fd;
+    if (ret > MT_IO_CAP)
+        e->flags |= EVF_TRUNC1;
+    if (!p.vec) {
+        for (u32 i = 0; i < MT_IO_CAP / MT_IO_CHUNK; i++) {
+            u64 cap = e->a2 > MT_IO_CAP ? MT_IO_CAP : e->a2;
+            u64 off = (u64)i * MT_IO_CHUNK;
+            if (off >= cap)
+                break;
+            u64 n = cap - off > MT_IO_CHUNK ? MT_IO_CHUNK : cap - off;
+            e->a1 = off;
+            if (io_chunk(e, (const char *)p.buf + off, n) < 0)
+                break;
+        }
+        return 0;
+    }
+    /* readv/writev: one record per iovec, whose first MT_IO_CHUNK bytes only are captured
+     * (EVF_TRUNC1 past them); stdio servers seen here use read/write */
+    for (u32 j = 0; j < MT_IOV_MAX; j++) {
+        if (j >= p.vlen)
+            break;
+        u64 cap = e->a2 > MT_IO_CAP ? MT_IO_CAP : e->a2;
+        u64 off = e->a1;
+        if (off >= cap)
+            break;
+        u64 iov[2] = {};
+        if (bpf_probe_read_user(iov, sizeof(iov), (void *)(p.buf + j * 16)) < 0)
+            break;
+        u64 len = iov[1] < cap - off ? iov[1] : cap - off;
+        if (len == 0)
+            continue;
+        u64 n = len > MT_IO_CHUNK ? MT_IO_CHUNK : len;
+        if (n < len)
+            e->flags |= EVF_TRUNC1;
+        if (io_chunk(e, (const char *)iov[0], n) < 0 || n < len)
+            break;
+        e->a1 = off + n;
+    }
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_read)
+{
+    return io_enter(args->fd, (u64)args->buf, 0, MT_WIRE_STDIN, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_readv)
+{
+    return io_enter(args->fd, (u64)args->vec, args->vlen, MT_WIRE_STDIN, 1);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_write)
+{
+    return io_enter(args->fd, (u64)args->buf, 0, MT_WIRE_STDOUT, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_writev)
+{
+    return io_enter(args->fd, (u64)args->vec, args->vlen, MT_WIRE_STDOUT, 1);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_read) { return io_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return io_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_write) { return io_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return io_exit(args->ret); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
+{
+    if (args->cmd != MT_F_DUPFD && args->cmd != MT_F_DUPFD_CLOEXEC)
+        return 0;
+    if (wire_stream(args->fd) < 0)
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct io_pending p = {};
+    p.fd = args->fd;
+    p.stream = IO_DUP_;
+    io_pending.update(&tid, &p);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_fcntl) { return io_exit(args->ret); }
+/* ---- end of stdio integrity ---------------------------------------------------------- */
+
 /* ---- processes ---------------------------------------------------------------- */
 
 TRACEPOINT_PROBE(syscalls, sys_enter_clone)
@@ -215,6 +801,8 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
         clone_flags.delete(&tid);
     if (flags & CLONE_THREAD_)
         return 0;
+    wire_fork(args->child_pid); /* stdio integrity */
+    sock_fork(args->child_pid); /* net transport */
     struct event *e = new_event(EV_FORK);
     if (!e)
         return 0;
@@ -275,37 +863,49 @@ static __always_inline void read_argv(struct event *e, const char *const *argv)
     e->a2 = argc;
 }
 
-/* Kill on touch: a protected exact path named by open/openat/openat2/creat/execve(at) is
- * answered with SIGKILL in the syscall-enter tracepoint, plus an EV_KILLED record (a0 = 1
- * open, 2 exec; str1 = path). The process dies on its way back to user space: it never
- * sees the fd (not one byte read) and an exec'd program never runs an instruction.
+/* Kill on touch: a protected exact path named by open/openat/openat2/creat/execve(at),
+ * unlink/unlinkat or rename/renameat/renameat2 (as source or destination) is answered with
+ * SIGKILL in the syscall-enter tracepoint, plus an EV_KILLED record (a0 = 1 open, 2 exec,
+ * 3 unlink, 4 rename from, 5 rename onto; str1 = path). The process dies on its way back
+ * to user space: it never sees the fd (not one byte read), an exec'd program never runs an
+ * instruction, and it cannot use the result of an unlink or rename.
  * What it cannot prevent:
- *  - the syscall itself still runs: an O_TRUNC open has truncated, an O_CREAT one created;
+ *  - the syscall itself still runs: an O_TRUNC open has truncated, an O_CREAT one created,
+ *    an unlink has removed the name and a rename has moved it (measured on 6.18:
+ *    tests/monitor/test_kill_on_touch.py);
  *  - only the name string as passed is compared, whole: relative names, dirfd-relative
  *    names, `.`/`..`/`//` spellings, symlinks, hard links, /proc/self/root/... and bind
  *    mounts of the same file do not match (the online rules see resolved names; symlinks
  *    and links are left to post-verification);
  *  - the string is read at enter: another thread may rewrite it before the kernel copies
  *    it (TOCTOU), and an unreadable (not resident) string is no match;
- *  - other ways to the data: fds opened before the call, unlink/rename/link/truncate by
- *    name, open_by_handle_at, io_uring (reported as blind spots), a copy of a forbidden
+ *  - other ways to the data: fds opened before the call, link/truncate by name, a rename
+ *    or unlink of a parent directory, open_by_handle_at, io_uring (reported as blind spots), a copy of a forbidden
  *    program or `ld.so <program>`;
  *  - paths of MT_KEY_PATH_MAX bytes or more (refused when pushed). */
-static __always_inline void kill_on_touch(const char *name, u32 act_bit, u32 what)
+static __always_inline int kill_on_touch(const char *name, u32 act_bit, u32 what)
 {
     u64 cg = bpf_get_current_cgroup_id();
     u8 *mode = cgroups.lookup(&cg);
     if (!mode || !(*mode & MT_CG_PROTECTED)) /* nothing pushed: no per-syscall lookup */
-        return;
+        return 0;
     if (!(path_action(cg, name, 1) & act_bit))
-        return;
+        return 0;
     bpf_send_signal(9);
     struct event *e = new_event(EV_KILLED);
     if (!e)
-        return;
+        return 1;
     e->a0 = what;
     read_str1(e, name);
     submit(e);
+    return 1;
+}
+
+/* rename family: the source, else the destination */
+static __always_inline void kill_on_rename(const char *oldname, const char *newname)
+{
+    if (!kill_on_touch(oldname, MT_ACT_KILL_MODIFY, 4))
+        kill_on_touch(newname, MT_ACT_KILL_MODIFY, 5);
 }
 
 static __always_inline int on_exec(int dirfd, const char *filename, const char *const *argv)
@@ -337,6 +937,7 @@ static __always_inline int on_exec_exit(long ret)
 {
     if (!watched())
         return 0;
+    sock_exec(ret); /* net transport */
     struct event *e = new_event(EV_EXEC_RESULT);
     if (!e)
         return 0;
@@ -366,6 +967,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (!args->group_dead || !watched())
         return 0;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    sock_parent.delete(&tgid); /* net transport: a reused pid must not inherit */
     struct event *e = new_event(EV_EXIT);
     if (!e)
         return 0;
@@ -458,10 +1060,12 @@ static __always_inline int path_exit(u32 kind, long ret)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_unlink)
 {
+    kill_on_touch(args->pathname, MT_ACT_KILL_MODIFY, 3);
     return enter6(EV_UNLINK, AT_FDCWD_, (u64)args->pathname, 0, 0, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_unlinkat)
 {
+    kill_on_touch(args->pathname, MT_ACT_KILL_MODIFY, 3);
     return enter6(EV_UNLINK, args->dfd, (u64)args->pathname, args->flag, 0, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_unlink) { return path_exit(EV_UNLINK, args->ret); }
@@ -519,14 +1123,17 @@ TRACEPOINT_PROBE(syscalls, sys_exit_fchdir) { return path_exit(EV_CHDIR, args->r
 /* rename family: a0 = olddirfd, a1 = newdirfd, a2 = flags, str1 = old, str2 = new */
 TRACEPOINT_PROBE(syscalls, sys_enter_rename)
 {
+    kill_on_rename(args->oldname, args->newname);
     return enter6(EV_RENAME, AT_FDCWD_, (u64)args->oldname, AT_FDCWD_, (u64)args->newname, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat)
 {
+    kill_on_rename(args->oldname, args->newname);
     return enter6(EV_RENAME, args->olddfd, (u64)args->oldname, args->newdfd, (u64)args->newname, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
 {
+    kill_on_rename(args->oldname, args->newname);
     return enter6(EV_RENAME, args->olddfd, (u64)args->oldname, args->newdfd, (u64)args->newname,
                   args->flags);
 }
@@ -559,6 +1166,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     u64 key = ((bpf_get_current_pid_tgid() >> 32) << 32) | (u32)args->fd;
     dns_socks.delete(&key);
+    sock_closed(args->fd);
+    wire_close(args->fd); /* stdio integrity */
     struct event *e = new_event(EV_CLOSE);
     if (!e)
         return 0;
@@ -572,11 +1181,13 @@ TRACEPOINT_PROBE(syscalls, sys_enter_dup2) { return enter6(EV_DUP, args->oldfd, 
 TRACEPOINT_PROBE(syscalls, sys_enter_dup3) { return enter6(EV_DUP, args->oldfd, 0, 0, 0, 0); }
 static __always_inline int dup_exit(long ret)
 {
-    struct pending p;
+    struct pending p = {}; /* initialised: clang may read a[0] on the not-taken path */
     if (!take(EV_DUP, &p))
         return 0;
     if (ret < 0)
         return 0;
+    sock_dup(p.a[0], ret);
+    wire_dup(p.a[0], ret); /* stdio integrity: a duplicate of the wire is the wire */
     struct event *e = new_event(EV_DUP);
     if (!e)
         return 0;
@@ -626,6 +1237,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
     e->ret = args->ret;
     e->a0 = (s32)p.a[0];
     int port = read_sockaddr(e, (const void *)p.a[1]);
+    e->a3 = sock_connected(e, p.a[0], port);
     if (port < 0)
         return 0;
     if (port == MT_DNS_PORT) {
@@ -647,14 +1259,16 @@ TRACEPOINT_PROBE(syscalls, sys_enter_accept4)
 }
 static __always_inline int accept_exit(long ret)
 {
-    struct pending p;
+    struct pending p = {}; /* initialised: clang may read a[0] on the not-taken path */
     if (!take(EV_ACCEPT, &p))
         return 0;
     if (ret < 0)
         return 0;
+    u8 transport = sock_accepted(p.a[0], ret);
     struct event *e = new_event(EV_ACCEPT);
     if (!e)
         return 0;
+    e->a3 = transport;
     e->ret = ret;
     e->a0 = (s32)p.a[0];
     if (read_sockaddr(e, (const void *)p.a[1]) < 0)
@@ -705,6 +1319,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendto)
     struct pending p;
     if (!take(EV_DNS_SEND, &p))
         return 0;
+    sock_sent(p.a[0], args->ret >= 0 ? 1 : 0, (void *)p.a[3]);
     return dns_exit(EV_DNS_SEND, args->ret, p.a[0], (void *)p.a[1], p.a[2], (void *)p.a[3]);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
@@ -740,6 +1355,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg)
     struct pending p;
     if (!take(EV_DNS_SEND, &p))
         return 0;
+    sock_sent(p.a[0], args->ret >= 0 ? 1 : 0, msg_name((void *)p.a[1]));
     return msg_exit(EV_DNS_SEND, args->ret, p.a[0], (void *)p.a[1]);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
@@ -767,6 +1383,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmmsg)
         return 0;
     long ret = args->ret;
     const char *m = (const char *)p.a[1];
+    sock_sent(p.a[0], ret, msg_name(m));
     if (ret < 1)
         return 0;
     u32 len0 = 0;

@@ -16,6 +16,7 @@ from .errors import (
     ImageNotFound,
     MonitorError,
     PolicyError,
+    RollbackError,
     SandboxError,
     ServerExited,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "MonitorError",
     "PolicyError",
     "ProcessNode",
+    "RollbackError",
     "SandboxError",
     "ServerExited",
     "Verdict",

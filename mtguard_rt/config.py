@@ -6,11 +6,13 @@ task = "Summarise MSFT prices"  # default task when a call carries none in _meta
 policies = ["policies/strict.toml"]
 audit_log = ".mtguard/audit.jsonl"
 call_timeout_s = 60
-[sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env
+[sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env,
+            rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s)
 [monitor]   settle_max_ms, ring_pages
 [online]    mode = "enforce" | "observe" | "off", kill_on_touch = true
 [llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
 [telemetry] exporter, endpoint, webhook ...
+[profile]   path = "profiles/learned.toml", mode = "observe" | "enforce" | "off"
 ```
 Errors name the file and line (`PolicyError`). CLI flags override file values.
 """
@@ -46,6 +48,13 @@ class OnlineSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kill_on_touch: bool = True
 
 
+class ProfileSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # a learned behaviour profile (`mtguard learn`), relative to the config file; a call of a
+    # profiled tool whose tree leaves it is a `profile-deviation` violation in this mode
+    path: str
+    mode: Literal["enforce", "observe", "off"] = "observe"
+
+
 class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     observe: bool = False
     task: str | None = None
@@ -57,6 +66,7 @@ class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     online: OnlineSection = msgspec.field(default_factory=OnlineSection)
     llm: dict[str, Any] | None = None  # validated by the audit layer's JudgeConfig
     telemetry: dict[str, Any] | None = None  # validated by the telemetry layer's config
+    profile: ProfileSection | None = None  # learned behaviour profile (overrides the policy's)
     # Test/evaluation seam: "module:function" rewriting each approved call before dispatch,
     # to simulate a compromised host (the paper's tool-call-hook attacks). Never set it in use.
     dispatch_hook: str | None = None
@@ -84,6 +94,8 @@ def load_config(path: str | Path | None) -> GuardConfig:
     config.policies = [
         str((base / q).resolve()) if not Path(q).is_absolute() else q for q in config.policies
     ]
+    if config.profile is not None and not Path(config.profile.path).is_absolute():
+        config.profile.path = str((base / config.profile.path).resolve())
     return config
 
 

@@ -6,7 +6,8 @@
     │   ├── DockerApiError         the Engine API answered an unexpected status
     │   ├── ImageNotFound
     │   ├── CommandNotFound        the server command does not exist in the image
-    │   └── ServerExited           the server process ended (at start or mid-call)
+    │   ├── ServerExited           the server process ended (at start or mid-call)
+    │   └── RollbackError          the workspace could not be snapshot, committed or restored
     ├── MonitorError
     │   ├── BpfLoadError           bcc missing, compile or attach failed
     │   └── MonitorLost            the event stream broke
@@ -89,6 +90,15 @@ class ServerExited(SandboxError):
         tail = stderr_tail.strip().splitlines()[-1:] if stderr_tail.strip() else []
         last = f"; last stderr line: {tail[0]!r}" if tail else ""
         super().__init__(f"server {command!r} exited with code {exit_code}{last}")
+
+
+class RollbackError(SandboxError):
+    """Workspace rollback failed: at connect (the snapshot) or after a call (in the record)."""
+
+    def __init__(self, workspace: str, why: str) -> None:
+        self.workspace = workspace
+        self.why = why
+        super().__init__(f"workspace rollback of {workspace}: {why}")
 
 
 class MonitorError(GuardError):

@@ -28,8 +28,9 @@ from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
 from .config import GuardConfig
 from .errors import CallDenied, GuardError, ServerExited
 from .model import AuditRecord
-from .proxy.upstream import Message, Upstream, UpstreamError
+from .proxy.upstream import Message, StdioUpstream, Upstream, UpstreamError
 from .sandbox import SandboxConfig, open_sandbox
+from .sandbox.rollback import open_rollback
 from .supervisor import DispatchHook, Supervisor
 from .telemetry import AuditLog, TelemetryConfig, open_telemetry
 
@@ -126,8 +127,9 @@ class Guard:
         """Push the sandbox's protected paths into the kernel: canaries wake the reader at
         once (online rules); in enforce mode with `kill_on_touch`, canaries (not the
         write-only ones, which shells read), the policy's protected paths and forbidden
-        executables are SIGKILLed on open / exec."""
-        from .monitor.kinds import ACT_KILL_EXEC, ACT_KILL_OPEN, ACT_WAKE
+        executables are SIGKILLed on open / exec; every canary and protected path also on
+        unlink or rename (from or onto it)."""
+        from .monitor.kinds import ACT_KILL_EXEC, ACT_KILL_MODIFY, ACT_KILL_OPEN, ACT_WAKE
 
         online = self.config.online
         if online.mode == "off":
@@ -138,9 +140,10 @@ class Guard:
         for path in canaries:
             write_only = policy.canary_write_only.matches(path)
             acts[path] = ACT_WAKE | (ACT_KILL_OPEN if kill and not write_only else 0)
+            acts[path] |= ACT_KILL_MODIFY if kill else 0
         if kill:
             for path in policy.spec.lists.protected_paths:
-                acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN
+                acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN | ACT_KILL_MODIFY
             for path in policy.spec.lists.forbidden_executables:
                 acts[path] = acts.get(path, 0) | ACT_KILL_EXEC
         refused = watch.protect(acts)
@@ -166,8 +169,11 @@ class Guard:
     ) -> AsyncIterator[GuardedServer]:
         name = self._unique(name or default_name(command))
         async with AsyncExitStack() as stack:
+            box = sandbox or self.config.sandbox
+            # the workspace's baseline, taken before the server can run (issue 8: rollback)
+            rollback = await stack.enter_async_context(open_rollback(box, observe=self.observe))
             sb = await stack.enter_async_context(
-                open_sandbox(command, sandbox or self.config.sandbox, name=name, gated=True)
+                open_sandbox(command, box, name=name, gated=True)
             )
             watch = None
             if self.monitor is not None:
@@ -178,7 +184,18 @@ class Guard:
                 )
                 self._protect(watch, sb.canaries)  # before the server runs a single instruction
             await sb.release()
-            upstream = Upstream(sb, on_message or _library_messages)
+            relay = on_message or _library_messages
+            supervisors: list[Supervisor] = []  # this server's, once made (just below)
+
+            async def deliver(message: Message) -> None:
+                # A list_changed re-checks the pins before the next call, in library mode too
+                # (a rug pull announces itself this way; the proxy relays it to the host).
+                if message.get("method") == "notifications/tools/list_changed":
+                    for each in supervisors:
+                        each.tools_stale = True
+                await relay(message)
+
+            upstream = StdioUpstream(sb, deliver)
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(upstream.run)
             stack.callback(tg.cancel_scope.cancel)
@@ -197,8 +214,10 @@ class Guard:
                 dispatch_hook=self.dispatch_hook,
                 route=self.servers.get,
                 online=self.config.online.mode,
+                rollback=rollback,
             )
             self.servers[name] = sup
+            supervisors.append(sup)
             stack.callback(self.servers.pop, name, None)
             server = GuardedServer(sup, upstream)
             if handshake:
@@ -253,6 +272,8 @@ async def open_guard(
 ) -> AsyncIterator[Guard]:
     config = config or GuardConfig()
     policy = load_policy([Path(p) for p in config.policies] or None)
+    if config.profile is not None:  # the config's learned profile overrides the policy's
+        policy.use_profile(config.profile.path, config.profile.mode)
     judge = None
     if config.llm:
         judge = LlmJudge(msgspec.convert(config.llm, JudgeConfig))

@@ -9,6 +9,7 @@ recursion and the JSON stays shallow. Kernel times are `CLOCK_MONOTONIC` ns (`*_
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 import msgspec
@@ -39,13 +40,47 @@ class FileEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     result: int = 0  # syscall return value: fd or 0 on success, -errno on failure
 
 
+Transport = Literal["tcp", "udp", "icmp", "raw", "other", "unknown"]
+DATAGRAM_TRANSPORTS = frozenset({"udp", "icmp", "raw"})  # a connect() alone sends nothing
+
+
 class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """`connect`/`accept` of a socket, or `send`: datagrams to an explicit destination (or
+    to a peer connected before the window). `sent` counts the datagrams seen going to
+    `address` (for a connect: after it), a lower bound. Trees from before `transport`
+    existed decode as "unknown", which the rules treat as egress."""
+
     ts_ns: int
-    op: Literal["connect", "accept"]
+    op: Literal["connect", "accept", "send"]
     family: Literal["ipv4", "ipv6"]
     address: str
     port: int
     result: int = 0
+    transport: Transport = "unknown"
+    sent: int = 0
+
+    @property
+    def egress(self) -> bool:
+        """Did (or may) traffic leave for `address`? A connect of a datagram socket that
+        sent nothing did not; a stream connect did (even one that failed: it tried)."""
+        if self.op == "accept":
+            return False
+        if self.op == "connect" and self.transport in DATAGRAM_TRANSPORTS:
+            return self.sent > 0
+        return True
+
+    @property
+    def summary(self) -> str:
+        """`connect udp 192.0.2.1:443, no datagram sent` and the like (viewers, rules)."""
+        where = f"[{self.address}]:{self.port}" if self.family == "ipv6" else (
+            f"{self.address}:{self.port}"
+        )
+        how = "" if self.transport == "unknown" else f" {self.transport}"
+        text = f"{self.op}{how} {where}"
+        if self.op == "send" or self.transport in DATAGRAM_TRANSPORTS:
+            n = self.sent
+            text += ", no datagram sent" if n == 0 else f", {n} datagram{'s' if n > 1 else ''}"
+        return text
 
 
 class DnsEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -95,6 +130,57 @@ class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
         return " ".join(self.argv) if self.argv else self.exe
 
 
+class StdioMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One newline-delimited JSON-RPC message as the kernel saw it cross the server's stdio.
+
+    `digest` is `sha256:` of the canonical JSON (sorted keys) of what the rules compare:
+    `{"name", "arguments"}` of a tools/call request, `result` (or `error`) of a response; of
+    the raw bytes when `truncated` (the message was not captured whole: unverified)."""
+
+    ts_ns: int
+    pid: int
+    method: str | None = None
+    id: str | int | float | None = None  # JSON-RPC ids are strings or numbers
+    tool: str | None = None  # tools/call: params.name
+    arguments: Any = None  # tools/call: params.arguments (kept up to a size bound)
+    digest: str = ""
+    size: int = 0  # bytes of the line
+    truncated: bool = False
+    error: bool = False  # a response carrying `error` instead of `result`
+
+
+class StdioCapture(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the server read on its stdin (`requests`: every message with a `method`) and
+    wrote on its stdout (`responses`: messages with an `id` and no `method`) during the
+    window, from the kernel (EV_STDIO). `unverified` says why it may not be the whole story
+    (cut syscalls, lost records, unreadable buffers): rules never deny on missing evidence."""
+
+    server: str | None = None  # the guarded server whose sandbox this was (set by the guard)
+    request_id: str | int | float | None = None  # the JSON-RPC id the guard sent the call with
+    answered: bool = False  # the guard received a response to it (set by the guard)
+    requests: list[StdioMessage] = msgspec.field(default_factory=list)
+    responses: list[StdioMessage] = msgspec.field(default_factory=list)
+    # what it read while no call's window was open, since the previous window
+    between_calls: list[StdioMessage] = msgspec.field(default_factory=list)
+    notifications_out: int = 0  # other messages the server wrote (notifications, requests)
+    garbage_lines: int = 0  # non-UTF-8 / non-JSON / non-object lines, per direction summed
+    bytes_in: int = 0
+    bytes_out: int = 0
+    unverified: list[str] = msgspec.field(default_factory=list)
+    lossy: bool = False  # records were lost in the window: no message may be trusted whole
+
+
+def canonical_digest(value: Any) -> str:
+    """`sha256:<hex>` of `value` as JSON with sorted keys: equal for equal JSON values,
+    whatever key order or spacing the bytes on the wire had."""
+    return "sha256:" + hashlib.sha256(_canonical.encode(value)).hexdigest()
+
+
+def call_digest(tool: str, arguments: Any) -> str:
+    """The digest of a tools/call as the integrity rules compare it: name and arguments."""
+    return canonical_digest({"name": tool, "arguments": arguments or {}})
+
+
 class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Root = declared call; process branch (flat, `parent` edges); unattributed DNS."""
 
@@ -109,6 +195,7 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     wall_offset_ns: int = 0  # add to a *_ns value to get Unix time in ns
     traced: bool = True  # False when there was nothing to trace (e.g. a remote upstream)
     omitted: dict[str, int] = msgspec.field(default_factory=dict)  # simplify(): left out, per rule
+    stdio: StdioCapture | None = None  # the server's stdio as the kernel saw it (integrity rules)
 
     def children(self, key: str | None) -> list[ProcessNode]:
         return [p for p in self.processes if p.parent == key]
@@ -152,6 +239,29 @@ class Timings(msgspec.Struct, kw_only=True):
     total: float = 0.0
 
 
+class RollbackReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the workspace rollback (`[sandbox] rollback`) did with one call's file changes.
+
+    `action`: committed (allowed: the changes are the new baseline), restored (an enforced
+    deny: the workspace is back as it was), kept (a deny in observe mode: nothing is rolled
+    back), failed (the restore or commit did not complete: `error`, `failed`)."""
+
+    mode: Literal["tree", "scan"]
+    action: Literal["committed", "restored", "kept", "failed"]
+    workspace: str
+    paths: list[str] = msgspec.field(default_factory=list)  # changed entries, at most 50
+    unlisted: int = 0  # changed entries beyond those in `paths`
+    created: int = 0
+    modified: int = 0
+    deleted: int = 0
+    scanned: int = 0  # entries stat'ed after the call
+    fallback: str | None = None  # why tree mode scanned the whole workspace instead
+    synced: int = 0  # entries changed between calls, taken as the baseline before this one
+    failed: list[str] = msgspec.field(default_factory=list)  # "path: why" not restored
+    error: str | None = None
+    ms: float = 0.0  # rollback time on the call path: before, after and settle
+
+
 class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=False):
     """One JSON Lines record per guarded call."""
 
@@ -175,8 +285,10 @@ class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=False):
     result: Any = None  # tool result content; filled only when the config opts in to content
     request_id: str | None = None  # the host's JSON-RPC request id, when the call had one
     terminated: bool = False  # an online rule denied and mtguard killed the call mid-run
+    rollback: RollbackReport | None = None  # workspace rollback, when `[sandbox] rollback` is on
 
 
+_canonical = msgspec.json.Encoder(order="sorted")
 tree_encoder = msgspec.json.Encoder()
 tree_decoder = msgspec.json.Decoder(BehaviorTree)
 record_decoder = msgspec.json.Decoder(AuditRecord)

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -23,6 +24,8 @@ import msgspec
 
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
+from .audit.provenance import UntrustedLog, gather
+from .audit.rules_integrity import stamp_stdio
 from .errors import ServerExited
 from .model import (
     AuditRecord,
@@ -35,12 +38,29 @@ from .model import (
     Violation,
 )
 from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
+from .sandbox.rollback import WorkspaceRollback
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
 RECENT_KILLS = 100  # online kills remembered (rule, event-to-kill latency) for benchmarks
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
 
-DispatchHook = Callable[[DeclaredCall], DeclaredCall]
+
+
+@dataclass(frozen=True)
+class SeamAction:
+    """What a dispatch seam (the host's layer between the pre-audit and the server) does with
+    an approved call: send `call` (possibly another tool, arguments or server), then the same
+    request `replays` more times under fresh ids in the same window (answers dropped), and
+    hand the server's result through `on_result` before the guard verifies and returns it.
+    It models a compromised host (evaluation, fault-injection tests); a hook returning a bare
+    `DeclaredCall` only swaps."""
+
+    call: DeclaredCall
+    replays: int = 0
+    on_result: Callable[[Message], Message] | None = None
+
+
+DispatchHook = Callable[[DeclaredCall], DeclaredCall | SeamAction]
 RecordSink = Callable[[AuditRecord, str | None, str | None], None]
 
 
@@ -121,6 +141,7 @@ class Supervisor:
         dispatch_hook: DispatchHook | None = None,
         route: Callable[[str], Supervisor | None] | None = None,
         online: OnlineMode = "enforce",
+        rollback: WorkspaceRollback | None = None,
     ) -> None:
         self.name = name
         self.upstream = upstream
@@ -138,6 +159,9 @@ class Supervisor:
         # server's lock and monitor watch): a compromised host can route anywhere.
         self.route = route
         self.online = online
+        # Workspace rollback (sandbox/rollback.py): begin/capture under the lock around the
+        # window, settle once the verdict is known; the next call's begin waits for it.
+        self.rollback = rollback
         self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
         self.tools: dict[str, Message] = {}
         self.tools_stale = False  # set on list_changed: re-check the pins before the next call
@@ -145,6 +169,8 @@ class Supervisor:
         # guard's own requests so they speak the revision the host negotiated.
         self.protocol_meta: Message = {}
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
+        # What this server said (descriptions, recent results) for the provenance rules.
+        self.untrusted = UntrustedLog(name)
         self._lock = anyio.Lock()
         self._serial = 0
 
@@ -152,6 +178,7 @@ class Supervisor:
     def observe_tools(self, tools: list[Message]) -> list[Any]:
         """Record a tools/list answer: cache schemas, compare with the pins."""
         self.tools = {str(t.get("name")): t for t in tools}
+        self.untrusted.listing(tools)
         changes = self.pins.check(self.name, tools)
         for change in changes:
             self.sink(self._pin_record(change), None, "pinning-change")
@@ -219,14 +246,16 @@ class Supervisor:
             except (UpstreamError, ServerExited, TimeoutError):
                 pass
         schema = strip_descriptions(self.tools.get(tool, {}).get("inputSchema") or {})
+        servers = self.tools_by_server()
         ctx = CallContext(
             call=call,
             task=task,
             history=history,
             input_schema=schema,
-            tools_by_server=self.tools_by_server(),
+            tools_by_server=servers,
             recent_calls=list(self.recent),
             canaries=self.canaries,
+            untrusted=gather(self.untrusted, servers, self.route),
         )
         self.recent.append(call)
 
@@ -238,7 +267,9 @@ class Supervisor:
             self.sink(record, meta.get("traceparent"), None)
             return CallOutcome(record=record, result=denial_result(tool, pre), denied=True)
 
-        dispatched = self.dispatch_hook(call) if self.dispatch_hook else call
+        seam = self.dispatch_hook(call) if self.dispatch_hook else call
+        action = seam if isinstance(seam, SeamAction) else SeamAction(call=seam)
+        dispatched = action.call
         wire = {k: v for k, v in (params or {}).items() if k not in ("name", "arguments", "_meta")}
         forwarded_meta = {k: v for k, v in meta.items() if not k.startswith("mtguard/")}
         if forwarded_meta:
@@ -249,11 +280,18 @@ class Supervisor:
             target = self.route(dispatched.server) or self
         online = OnlineRules(self.engine.policy, ctx) if self.online != "off" else None
         response, error, tree, t_resp, terminated = await target._dispatch(
-            call, wire, request_id, online
+            call, wire, request_id, online, action.replays
         )
         t_settled = time.perf_counter()
         result = (response or {}).get("result") if response else None
-        post = await self.engine.post_verify(ctx, tree, result or {})
+        if action.on_result is not None and result is not None:
+            result = action.on_result(result)  # the seam's forgery (evaluation, tests)
+        try:
+            post = await self.engine.post_verify(ctx, tree, result or {})
+        except BaseException:  # no verdict: a rollback pending for this call fails closed
+            if target.rollback is not None:
+                await target.rollback.settle(call.call_id, deny=True)
+            raise
         if online is not None:
             post = _merge_online(post, online.fired)
         t_post = time.perf_counter()
@@ -261,10 +299,20 @@ class Supervisor:
         timings.settle = _ms(t_resp, t_settled)
         timings.post = _ms(t_settled, t_post)
         verdict = _combine(pre, post)
+        if result and (verdict.decision != "deny" or self.observe):  # what the agent reads
+            self.untrusted.result(tool, result, (n for ns in servers.values() for n in ns))
+        rolled = None
+        if target.rollback is not None:
+            rolled = await target.rollback.settle(call.call_id, deny=verdict.decision == "deny")
         record = self._record(call, task, verdict, tree, timings, t0, error)
         record.request_id = None if request_id is None else str(request_id)
         record.terminated = terminated
-        self.sink(record, meta.get("traceparent"), None)
+        record.rollback = rolled
+        alert = None
+        if rolled is not None and rolled.error:  # in the record's reasons: the alert shows them
+            alert = "rollback-failed"
+            record.reasons.append(f"workspace rollback failed: {rolled.error}")
+        self.sink(record, meta.get("traceparent"), alert)
         if verdict.decision == "deny" and not self.observe:
             return CallOutcome(record=record, result=denial_result(tool, verdict), denied=True)
         if error is not None:
@@ -324,6 +372,7 @@ class Supervisor:
         params: Message,
         request_id: Any,
         online: OnlineRules | None = None,
+        replays: int = 0,
     ) -> tuple[Message | None, Message | None, BehaviorTree, float, bool]:
         """Forward under the monitor; returns (response, error, tree, response time,
         terminated online)."""
@@ -336,6 +385,8 @@ class Supervisor:
         if online is not None and self.watch is not None:
             hook = self._online_hook(declared.call_id, online, stop, killed)
         async with self._lock:
+            if self.rollback is not None:
+                await self.rollback.begin(declared.call_id)
             window_cm = (
                 self.watch.window(declared, hook)
                 if self.watch
@@ -354,6 +405,8 @@ class Supervisor:
                     )
                     with stop, anyio.fail_after(self.call_timeout_s):
                         response = await slot.wait()
+                    if replays and not killed:
+                        await self._replay(params, request_id, replays)
                     if killed:
                         response = None
                         error = {
@@ -377,13 +430,32 @@ class Supervisor:
                     self.upstream.forget(request_id)
                     t_resp = time.perf_counter()
                     window.response_arrived()
+            if self.rollback is not None:  # settled: the call's processes are done
+                await self.rollback.capture(declared.call_id, window.tree)
         kernel = list(getattr(window, "kernel_kills", []))
         if kernel and online is not None:
             why = "a protected path or program was touched: SIGKILLed in the kernel"
             kill = Violation(rule="kill-on-touch", phase="post", mode="enforce", reason=why)
             kill.evidence = kernel
             online.fired.append(kill)
+        stamp_stdio(window.tree, self.name, request_id, answered=response is not None)
         return response, error, window.tree, t_resp, bool(killed or kernel)
+
+    async def _replay(self, params: Message, request_id: Any, times: int) -> None:
+        """A seam's replays (`SeamAction.replays`): the same request again under fresh ids,
+        inside the call's window; each answer is awaited (bounded) and dropped."""
+        for i in range(1, times + 1):
+            rid = f"{request_id}~replay-{i}"
+            slot = self.upstream.expect(rid)
+            try:
+                message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+                await self.upstream.send(message)
+                with anyio.move_on_after(self.call_timeout_s):
+                    await slot.wait()
+            except (ServerExited, RequestCancelled):
+                return
+            finally:
+                self.upstream.forget(rid)
 
     def _record(
         self,

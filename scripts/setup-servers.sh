@@ -39,3 +39,19 @@ if [ "$(cat .servers/node/.pinned 2>/dev/null)" != "$want" ]; then
     || die "server-filesystem installed without dist/index.js"
   echo "$want" > .servers/node/.pinned
 fi
+
+# @playwright/mcp drives Debian's Chromium (scripts/setup-host.sh installs it): the tests pass
+# --executable-path, so Playwright's own browser download is never wanted (and no browser CDN
+# is reachable). Its own prefix, so adding it never reinstalls the servers above.
+PLAYWRIGHT_MCP=@playwright/mcp@0.0.83
+if [ "$(cat .servers/playwright/.pinned 2>/dev/null)" != "$PLAYWRIGHT_MCP" ]; then
+  command -v npm >/dev/null || die "npm is missing (Node 20 + npm expected in /usr/bin)"
+  log "installing $PLAYWRIGHT_MCP into .servers/playwright"
+  rm -rf .servers/playwright
+  mkdir -p .servers/playwright
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --prefix .servers/playwright --no-audit \
+    --no-fund --loglevel=error "$PLAYWRIGHT_MCP" >&2 || die "npm install of $PLAYWRIGHT_MCP failed"
+  [ -f .servers/playwright/node_modules/@playwright/mcp/cli.js ] \
+    || die "$PLAYWRIGHT_MCP installed without cli.js"
+  echo "$PLAYWRIGHT_MCP" > .servers/playwright/.pinned
+fi

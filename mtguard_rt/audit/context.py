@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from ..model import DeclaredCall
+from .provenance import UntrustedText, tokens
 from .text import bare_hosts, decoded_variants, iter_strings, url_hosts, words
 
 TRUSTED_ROLES = frozenset({"user"})
@@ -32,6 +33,9 @@ class CallContext:
     tools_by_server: dict[str, list[str]] = field(default_factory=dict)
     recent_calls: list[DeclaredCall] = field(default_factory=list)
     canaries: dict[str, str] = field(default_factory=dict)  # absolute path -> marker
+    # What the servers said (descriptions, recent results): for the provenance rules only,
+    # never shown to the judge.
+    untrusted: UntrustedText = field(default_factory=UntrustedText)
     scan_limit: int = MAX_SCAN_CHARS
     _decoded: dict[int, list[tuple[str, str, str]]] = field(
         default_factory=dict, init=False, repr=False
@@ -80,6 +84,11 @@ class CallContext:
     @cached_property
     def task_words(self) -> set[str]:
         return words(self.task_text or "")
+
+    @cached_property
+    def task_tokens(self) -> frozenset[str]:
+        """Lower-case alphanumeric runs of the task text (see `provenance.tokens`)."""
+        return tokens(self.task_text or "")
 
     @cached_property
     def task_hosts(self) -> set[str]:

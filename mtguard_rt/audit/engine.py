@@ -20,9 +20,12 @@ from .context import CallContext
 from .judge import JudgeAnswer, LlmJudge
 from .pins import ToolChange
 from .policy import Policy
+from .profile import RULE as PROFILE_RULE
+from .profile import profile_deviation, profile_skip
 from .prompts import render
 from .rules_exec import command_mismatch, privilege_escalation, unexpected_shell
 from .rules_files import canary_touched, persistence_write, result_text, sensitive_file_read
+from .rules_integrity import request_mismatch, result_tampered, undeclared_request
 from .rules_net import incomplete_tree, unexpected_network
 from .rules_pre import NEEDS_TASK, PRE_RULES
 from .rules_result import result_injection
@@ -41,6 +44,10 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("unexpected-network", unexpected_network),
     ("result-injection", result_injection),
     ("incomplete-tree", incomplete_tree),
+    ("request-mismatch", request_mismatch),
+    ("undeclared-request", undeclared_request),
+    ("result-tampered", result_tampered),
+    (PROFILE_RULE, profile_deviation),
 )
 UNTRACED_OK = frozenset({"canary-touched", "result-injection", "incomplete-tree"})
 JUDGE = "llm-judge"
@@ -129,6 +136,11 @@ class PolicyEngine:
         for rule, fn in POST_RULES:
             if self.policy.mode_of(rule) == "off":
                 continue
+            if rule == PROFILE_RULE:  # only calls of a profiled tool (none configured: silent)
+                why = profile_skip(ctx.call.server, ctx.call.tool, self.policy.profile)
+                if why is not None:
+                    skipped.extend([f"{rule}: {why}"] if why else [])
+                    continue
             if not tree.traced and rule not in UNTRACED_OK:
                 skipped.append(f"{rule}: nothing was traced")
                 continue

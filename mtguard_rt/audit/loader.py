@@ -85,6 +85,7 @@ def _read_layer(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         raise PolicyError(str(path), int(m.group(1)) if m else None, str(exc)) from exc
+    _anchor_profile(raw, path)
     try:
         Policy(msgspec.convert(raw, PolicySpec), [str(path)])
     except msgspec.ValidationError as exc:
@@ -94,6 +95,14 @@ def _read_layer(path: Path) -> dict[str, Any]:
     except SpecError as exc:
         raise PolicyError(str(path), locate(text, exc.where), exc.why) from exc
     return raw
+
+
+def _anchor_profile(raw: dict[str, Any], path: Path) -> None:
+    """A relative `[rules.profile-deviation] profile` is relative to the file naming it."""
+    rule = raw.get("rules", {}).get("profile-deviation")
+    ref = rule.get("profile") if isinstance(rule, dict) else None
+    if isinstance(ref, str) and ref and not Path(ref).is_absolute():
+        rule["profile"] = str((path.parent / ref).resolve())
 
 
 def _parse_where(msg: str) -> KeyPath:

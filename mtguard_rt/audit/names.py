@@ -93,3 +93,42 @@ def captures(name: str, other: str, affixes: frozenset[str]) -> bool:
             extra = (*mine[:start], *mine[start + n :])
             return all(w in affixes for w in extra)
     return False
+
+
+_SUFFIXES = (("ation", "at"), ("ator", "at"), ("ing", ""), ("er", ""), ("or", ""), ("ed", ""),
+             ("e", ""))
+
+
+@lru_cache(maxsize=4096)
+def stem(word: str) -> str:
+    """A crude English stem, the same for a name's and a task's words: plurals and common
+    suffixes go (`prices` -> `pric`, `navigator`/`navigate`/`navigation` -> `navigat`)."""
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        w = w[:-3] + "y"
+    elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is", "ws")):
+        w = w[:-1]
+    for suffix, repl in _SUFFIXES:
+        if w.endswith(suffix) and len(w) - len(suffix) >= 4:
+            return w[: len(w) - len(suffix)] + repl
+    return w
+
+
+@lru_cache(maxsize=4096)
+def meaning(name: str, drop: frozenset[str]) -> frozenset[str]:
+    """The stems of a tool name's words, minus the words in `drop` (generic verbs, fillers,
+    praise, the server's common prefix): what the name says the tool does."""
+    return frozenset(stem(w) for w in words_of(name) if w not in drop and stem(w) not in drop)
+
+
+@lru_cache(maxsize=256)
+def common_words(names: tuple[str, ...], share: float = 0.5, least: int = 5) -> frozenset[str]:
+    """Words in more than `share` of a server's tool names (`playwright_` on every tool of a
+    browser server): they say which server, not what the tool does. Needs `least` names."""
+    if len(names) < least:
+        return frozenset()
+    counts: dict[str, int] = {}
+    for n in names:
+        for w in set(words_of(n)):
+            counts[w] = counts.get(w, 0) + 1
+    return frozenset(w for w, c in counts.items() if c > share * len(names))

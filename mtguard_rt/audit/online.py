@@ -1,10 +1,11 @@
 """Online rules: the post-execution rules that can decide on one event, run while a call runs.
 
 `OnlineRules(policy, ctx)` precomputes what a call may touch; `check(proc, event)` takes one
-built event (file, exec or connect) of one process and returns the `Violation` it proves, or
-None. Pure and synchronous (no monitor import): the monitor window calls it per event and the
-supervisor decides whether to terminate. A rule that cannot decide from one event (a relative
-name, a connect whose address may come from an allowed DNS name) defers to post-verification.
+built event (file, exec, connect, datagrams sent) of one process and returns the `Violation`
+it proves, or None. Pure and synchronous (no monitor import): the monitor window calls it per
+event and the supervisor decides whether to terminate. A rule that cannot decide from one
+event (a relative name, a connect whose address may come from an allowed DNS name) defers to
+post-verification.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..model import ExecEvent, FileEvent, NetEvent, ProcessNode, Violation
 from .context import CallContext
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
-from .rules_net import allowed_names
+from .rules_net import allowed_names, egress_text
 from .rules_pre import violation
 from .text import names_path
 from .treeview import describe, is_write, label
@@ -90,11 +91,11 @@ class OnlineRules:
         return violation("unexpected-shell", self.policy, "post", reason, [line])
 
     def _net(self, proc: ProcessNode, ev: NetEvent) -> Violation | None:
-        if "unexpected-network" not in self._on or ev.op != "connect" or self._names_given:
-            return None
+        if "unexpected-network" not in self._on or not ev.egress or self._names_given:
+            return None  # not egress: an accept, a datagram socket's connect before a send
         ip = canonical_ip(ev.address) or ev.address
         if ip in self._ips or ev.port in self.policy.allowed_ports or is_loopback(ip):
             return None
         reason = "network destinations not derived from the arguments, task or allowlist"
-        line = f"{label(proc)} connected to {ip}:{ev.port}"
+        line = f"{label(proc)} {egress_text(ev, ip)}"
         return violation("unexpected-network", self.policy, "post", reason, [line])

@@ -11,11 +11,14 @@ import fnmatch
 import os.path
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import Mode
 from .patterns import GlobError, PathSet, canonical_ip
 from .spec import NamedPattern, PinAction, PolicySpec
+
+if TYPE_CHECKING:
+    from .profile import CompiledProfile
 
 KeyPath = tuple[str | int, ...]
 # (kind name, token regex, argument-key globs, finder in any text)
@@ -150,6 +153,32 @@ class Policy:
         self.navigation_tools = _name_globs(rc.navigation_tools)
         self.navigation_arguments = {a.lower() for a in rc.navigation_arguments}
 
+        ic = rules.induced_call
+        where_ic: KeyPath = ("rules", "induced-call")
+        self.obligation_cues = _any_regex(ic.obligation_cues, (*where_ic, "obligation_cues"), re.I)
+        self.override_cues = _any_regex(ic.override_cues, (*where_ic, "override_cues"), re.I)
+        if ic.min_token_length < 1:
+            raise SpecError((*where_ic, "min_token_length"), "must be at least 1")
+        self.generic_name_words = frozenset(w.lower() for w in lists.generic_name_words)
+        for i, w in enumerate(lists.generic_name_words):
+            if not re.fullmatch(r"[A-Za-z0-9]+", w):
+                raise SpecError(
+                    ("lists", "generic_name_words", i), f"{w!r} is not one word (letters, digits)"
+                )
+        lt = rules.lookalike_tool
+        for key in ("praise_words", "vague_nouns"):
+            for i, w in enumerate(getattr(lt, key)):
+                if not re.fullmatch(r"[A-Za-z0-9]+", w):
+                    raise SpecError(
+                        ("rules", "lookalike-tool", key, i),
+                        f"{w!r} is not one word (letters, digits)",
+                    )
+        self.praise_words = frozenset(w.lower() for w in lt.praise_words)
+        self.vague_nouns = frozenset(w.lower() for w in lt.vague_nouns)
+        self.superiority = _any_regex(
+            lt.superiority_patterns, ("rules", "lookalike-tool", "superiority_patterns"), re.I
+        )
+
         self.canary_write_only = _paths(
             rules.canary_touched.write_only, ("rules", "canary-touched", "write_only")
         )
@@ -170,6 +199,11 @@ class Policy:
                 )
             self.allowed_addresses.add(ip)
         self.allowed_ports = set(net.allowed_ports)
+        self.profile: CompiledProfile | None = None  # learned behaviour (profile-deviation)
+        if rules.profile_deviation.profile:
+            from .profile import load_profile  # profile -> treeview -> policy: load lazily
+
+            self.profile = load_profile(rules.profile_deviation.profile)
         self._classes: dict[str, int] = {}
         self._classed = (
             (SENSITIVE, self.sensitive),
@@ -222,6 +256,15 @@ class Policy:
 
     def mode_of(self, rule_id: str) -> Mode:
         return self.spec.rules.mode_of(rule_id)
+
+    def use_profile(self, path: str, mode: Mode | None = None) -> None:
+        """Check calls against the learned profile at `path` (GuardConfig's `[profile]`)."""
+        from .profile import load_profile
+
+        self.profile = load_profile(path)
+        self.spec.rules.profile_deviation.profile = path
+        if mode is not None:
+            self.spec.rules.profile_deviation.mode = mode
 
     def is_command_tool(self, tool: str, input_schema: dict[str, Any] | None = None) -> bool:
         """A tool whose declared job is running commands: by name, or by a command argument."""

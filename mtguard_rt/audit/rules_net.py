@@ -3,6 +3,8 @@
 A destination is derived when its DNS name (or the name that resolved to its address) is
 allowlisted or named by the arguments or the task, or when the address itself is written
 there. Resolver traffic on allowed ports passes; the names it resolves are still checked.
+Only egress counts (`NetEvent.egress`): a datagram socket's connect() sends nothing, so a
+UDP connect with no datagram after it (a reachability probe) is observed, not a violation.
 Incomplete trees and children that outlive the call are reported under their own rule.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import BehaviorTree, DnsEvent, Violation
+from ..model import DATAGRAM_TRANSPORTS, BehaviorTree, DnsEvent, NetEvent, Violation
 from .context import CallContext
 from .patterns import canonical_ip, domain_within, is_loopback, normalize_domain
 from .policy import Policy
@@ -23,6 +25,18 @@ def _all_dns(tree: BehaviorTree) -> list[tuple[str, DnsEvent]]:
     out = [(f"{label(p)}", d) for p in tree.processes for d in p.dns]
     out.extend(("unattributed" if d.pid is None else f"pid {d.pid}", d) for d in tree.dns)
     return out
+
+
+def egress_text(n: NetEvent, ip: str) -> str:
+    """Evidence for one egress event: `connected to 192.0.2.1:443` (tcp, or a transport
+    the monitor did not learn), `sent 3 udp datagrams to 192.0.2.1:53`."""
+    failed = f" (failed {n.result})" if n.result < 0 else ""
+    if n.op == "send" or n.transport in DATAGRAM_TRANSPORTS:
+        plural = "s" if n.sent != 1 else ""
+        via = " (connected)" if n.op == "connect" else ""
+        return f"sent {n.sent} {n.transport} datagram{plural} to {ip}:{n.port}{via}{failed}"
+    how = "" if n.transport == "unknown" else f" ({n.transport})"
+    return f"connected to {ip}:{n.port}{how}{failed}"
 
 
 def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:
@@ -54,15 +68,14 @@ def unexpected_network(
             ev.append(f"{who} looked up {name} ({d.qtype})")
     for p in tree.processes:
         for n in p.net:
-            if n.op != "connect":
+            if not n.egress:  # an accept, or a datagram socket's connect that sent nothing
                 continue
             ip = canonical_ip(n.address) or n.address
             if ip in ips or n.port in spec.allowed_ports:
                 continue
             if spec.allow_loopback and is_loopback(ip):
                 continue
-            failed = f" (failed {n.result})" if n.result < 0 else ""
-            ev.append(f"{label(p)} connected to {ip}:{n.port}{failed}")
+            ev.append(f"{label(p)} {egress_text(n, ip)}")
     if not ev:
         return []
     return [

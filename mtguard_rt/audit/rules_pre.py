@@ -1,4 +1,5 @@
-"""Pre-execution rules (the paper's seven) over the declared call: pure functions.
+"""Pre-execution rules (the paper's seven, plus `rules_provenance`'s two) over the declared
+call: pure functions.
 
 Each rule takes `(ctx, policy)` and returns zero or one `Violation` (all its evidence in one
 record, each line naming the argument and the exact text). Rules that compare against the
@@ -17,6 +18,7 @@ from .context import CallContext
 from .names import captures, confusable
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
+from .rules_provenance import induced_call, lookalike_tool
 from .text import bare_hosts, leaf_key, url_hosts
 
 MAX_EVIDENCE = 10
@@ -233,5 +235,7 @@ PRE_RULES = (
     ("shadowed-tool", shadowed_tool),
     ("task-entity-mismatch", task_entity_mismatch),
     ("repeated-call", repeated_call),
+    ("induced-call", induced_call),
+    ("lookalike-tool", lookalike_tool),
 )
-NEEDS_TASK = frozenset({"off-task-url", "task-entity-mismatch"})
+NEEDS_TASK = frozenset({"off-task-url", "task-entity-mismatch", "induced-call"})

@@ -38,6 +38,9 @@ class ListsSpec(_Strict):
     # the kernel answers with SIGKILL (canaries are always protected). Exact strings only.
     protected_paths: list[str] = msgspec.field(default_factory=list)
     forbidden_executables: list[str] = msgspec.field(default_factory=list)
+    # Words of tool names that say nothing about what a tool is for (get, fetch, tool, data):
+    # dropped when names are compared by meaning (induced-call, lookalike-tool).
+    generic_name_words: list[str] = msgspec.field(default_factory=list)
 
 
 class NamedPattern(_Strict):
@@ -104,6 +107,24 @@ class RepeatedCallSpec(RuleSpec):
     navigation_arguments: list[str] = msgspec.field(default_factory=list)
 
 
+class InducedCallSpec(RuleSpec):
+    # Regexes (case-insensitive) that make a sentence of untrusted text an instruction to the
+    # agent: `obligation_cues` to call a tool ("you must first call", "instead"), and
+    # `override_cues` to change an argument ("ignore the user's", "regardless of").
+    obligation_cues: list[str] = msgspec.field(default_factory=list)
+    override_cues: list[str] = msgspec.field(default_factory=list)
+    min_token_length: int = 3  # shorter argument words (and numbers under 2 digits) never count
+
+
+class LookalikeToolSpec(RuleSpec):
+    # Name words and description phrases (regexes, case-insensitive) by which a tool
+    # advertises itself over others: "best_", "premium version", "trusted by".
+    praise_words: list[str] = msgspec.field(default_factory=list)
+    superiority_patterns: list[str] = msgspec.field(default_factory=list)
+    # Nouns that name no particular thing (data, info): ignored when names are compared.
+    vague_nouns: list[str] = msgspec.field(default_factory=list)
+
+
 class CanarySpec(RuleSpec):
     write_only: list[str] = msgspec.field(default_factory=list)
 
@@ -127,6 +148,13 @@ class UnexpectedNetworkSpec(RuleSpec):
 
 class IncompleteTreeSpec(RuleSpec):
     mode: Mode = "observe"
+
+
+class ProfileDeviationSpec(RuleSpec):
+    # A learned behaviour profile (`mtguard learn`); relative to the policy file naming it.
+    # Without one the rule does nothing. Observe by default: review a profile before enforcing.
+    mode: Mode = "observe"
+    profile: str | None = None
 
 
 class LlmJudgeSpec(RuleSpec):
@@ -155,6 +183,12 @@ class RulesSpec(_Strict):
     repeated_call: RepeatedCallSpec = msgspec.field(
         name="repeated-call", default_factory=RepeatedCallSpec
     )
+    induced_call: InducedCallSpec = msgspec.field(
+        name="induced-call", default_factory=InducedCallSpec
+    )
+    lookalike_tool: LookalikeToolSpec = msgspec.field(
+        name="lookalike-tool", default_factory=LookalikeToolSpec
+    )
     canary_touched: CanarySpec = msgspec.field(name="canary-touched", default_factory=CanarySpec)
     sensitive_file_read: RuleSpec = msgspec.field(
         name="sensitive-file-read", default_factory=RuleSpec
@@ -175,6 +209,15 @@ class RulesSpec(_Strict):
     )
     incomplete_tree: IncompleteTreeSpec = msgspec.field(
         name="incomplete-tree", default_factory=IncompleteTreeSpec
+    )
+    # stdio integrity (rules_integrity.py): the kernel-witnessed request and response
+    request_mismatch: RuleSpec = msgspec.field(name="request-mismatch", default_factory=RuleSpec)
+    undeclared_request: RuleSpec = msgspec.field(
+        name="undeclared-request", default_factory=RuleSpec
+    )
+    result_tampered: RuleSpec = msgspec.field(name="result-tampered", default_factory=RuleSpec)
+    profile_deviation: ProfileDeviationSpec = msgspec.field(
+        name="profile-deviation", default_factory=ProfileDeviationSpec
     )
     llm_judge: LlmJudgeSpec = msgspec.field(name="llm-judge", default_factory=LlmJudgeSpec)
 

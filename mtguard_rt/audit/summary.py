@@ -43,6 +43,8 @@ def _process(p: ProcessNode, ppid_of: dict[str, int]) -> dict[str, Any]:
         out["still_running"] = True
     if p.exit_code is not None:
         out["exit_code"] = p.exit_code
+    if p.killed_by:
+        out["killed_by"] = p.killed_by
     listed = list(files)
     if listed:
         out["files"] = listed[:MAX_FILES_PER_PROCESS]
@@ -50,7 +52,7 @@ def _process(p: ProcessNode, ppid_of: dict[str, int]) -> dict[str, Any]:
         out["files_omitted"] = omitted + max(0, len(listed) - MAX_FILES_PER_PROCESS)
     if p.net:
         out["connections"] = sorted(
-            {f"{n.op} {n.address}:{n.port}{' failed' if n.result < 0 else ''}" for n in p.net}
+            {f"{n.summary}{' failed' if n.result < 0 else ''}" for n in p.net}
         )
     if p.dns:
         out["dns"] = sorted({d.name for d in p.dns if d.direction == "query"})

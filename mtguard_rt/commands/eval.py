@@ -66,6 +66,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-enforce", action="store_true", help="skip the enforce-mode passes")
     p.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        help="also write every call's audit record, behavior tree included, to this JSONL "
+        "file (joined to run.json by call_id; input of `mtguard learn` and bench.profile_split)",
+    )
+    p.add_argument(
         "--from",
         dest="from_run",
         metavar="RUN.json",
@@ -99,6 +105,7 @@ def handler(args: argparse.Namespace) -> int:
             sources=list(args.sources),
             policies=[str(Path(p).resolve()) for p in args.policy],
             enforce=not args.no_enforce,
+            audit_log=str(Path(args.audit_log).resolve()) if args.audit_log else None,
             command="mtguard " + shlex.join(sys.argv[1:])
             if sys.argv[1:2] == ["eval"]
             else "mtguard eval",

@@ -1,4 +1,8 @@
-"""`mtguard proxy [options] -- SERVER_CMD...`: guard one MCP server for a host over stdio."""
+"""`mtguard proxy [options] -- SERVER_CMD...`: guard one MCP server for a host over stdio.
+
+`--listen HOST:PORT` serves streamable HTTP instead of stdio; `--upstream URL` guards a server
+that speaks streamable HTTP itself (no sandbox) instead of running SERVER_CMD.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +36,22 @@ def register(sub: Any) -> None:
         metavar="ORIGIN",
         help="browser Origin allowed besides loopback ones (repeatable)",
     )
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="guard the streamable HTTP MCP server at this http(s) URL instead of running "
+        "SERVER_CMD in a sandbox (no sandbox, no behavior tree: post rules needing one are "
+        "skipped)",
+    )
+    p.add_argument(
+        "--upstream-header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="HTTP header sent to the --upstream server, e.g. 'Authorization: Bearer ...' "
+        "(repeatable; never logged; $MTGUARD_UPSTREAM_TOKEN sets a bearer token without "
+        "putting it in argv)",
+    )
     p.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_CMD...")
     p.set_defaults(func=handler)
 
@@ -50,6 +70,11 @@ def add_guard_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", help="sandbox image (default: mtguard-rt/sandbox, built offline)")
     p.add_argument("--network", choices=["none", "host"], help="sandbox network (default none)")
     p.add_argument("--workspace", help="host directory mounted read-write in the sandbox")
+    p.add_argument(
+        "--rollback",
+        choices=["off", "tree", "scan"],
+        help="undo a denied call's changes to the workspace (README: Rollback)",
+    )
     p.add_argument(
         "--mount",
         action="append",
@@ -89,6 +114,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         if not os.path.isdir(args.workspace):
             raise GuardError(f"--workspace {args.workspace!r} is not a directory")
         config.sandbox.workspace = os.path.abspath(args.workspace)
+    if args.rollback:
+        config.sandbox.rollback = args.rollback
     config.sandbox.mounts += [os.path.abspath(m) for m in args.mount]
     for item in args.env:
         key, sep, value = item.partition("=")
@@ -126,13 +153,45 @@ def server_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
+def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+    """`--upstream URL` and its headers; (None, {}) for a sandboxed SERVER_CMD."""
+    import os
+
+    from ..errors import GuardError
+    from ..proxy.remote import check_upstream_url, upstream_headers
+
+    if args.upstream is None:
+        if args.upstream_header:
+            raise GuardError("--upstream-header needs --upstream URL")
+        return None, {}
+    url = check_upstream_url(args.upstream)
+    if [a for a in args.server if a != "--"]:
+        raise GuardError("give either --upstream URL or -- SERVER_CMD, not both")
+    sandbox_only = [
+        flag
+        for flag, value in (
+            ("--image", args.image), ("--network", args.network),
+            ("--workspace", args.workspace), ("--mount", args.mount), ("--env", args.env),
+            ("--rollback", args.rollback),
+        )
+        if value
+    ]
+    if sandbox_only:
+        raise GuardError(
+            f"{', '.join(sandbox_only)} configure the sandbox; an --upstream server runs "
+            "outside mtguard and has none"
+        )
+    return url, upstream_headers(args.upstream_header, os.environ)
+
+
 def handler(args: argparse.Namespace) -> int:
     import trio
 
     from ..proxy.stdio import serve_stdio
 
+    url, headers = upstream_from_args(args)
     config = config_from_args(args)
-    command = server_command(args)
+    command = [] if url else server_command(args)
     if args.listen:
         import os
 
@@ -149,8 +208,14 @@ def handler(args: argparse.Namespace) -> int:
                 name=args.name,
                 token=token,
                 allowed_origins=args.allow_origin,
+                upstream_url=url,
+                upstream_headers=headers,
             )
         )
         return 0
-    trio.run(lambda: serve_stdio(config, command, name=args.name))
+    trio.run(
+        lambda: serve_stdio(
+            config, command, name=args.name, upstream_url=url, upstream_headers=headers
+        )
+    )
     return 0

@@ -10,7 +10,7 @@ rules never read it.
 
 from __future__ import annotations
 
-from ..model import BehaviorTree, FileEvent
+from ..model import BehaviorTree, FileEvent, RollbackReport
 
 # Writes here are the runtime's own scratch, not a task's effect.
 SCRATCH_PREFIXES = ("/proc/", "/dev/", "/sys/", "/tmp/.X", "/run/user/")
@@ -58,6 +58,30 @@ def effect_rank(effect: str) -> tuple[int, str]:
     return 4, effect
 
 
+def undone_by_rollback(tree: BehaviorTree, rollback: RollbackReport | None) -> bool:
+    """True when the workspace rollback restored what the call changed and the tree shows no
+    effect it cannot undo: every file effect is inside the restored workspace, no credential
+    was read, nothing connected or resolved a name, and no process the call started outlived
+    it (its commands ran and ended)."""
+    if rollback is None or rollback.action != "restored" or not tree.complete:
+        return False
+    inside = rollback.workspace.rstrip("/") + "/"
+    roots = {p.key for p in tree.roots()}
+    for proc in tree.processes:
+        if proc.still_running and proc.key not in roots:
+            return False
+        if any(n.egress for n in proc.net) or any(d.direction == "query" for d in proc.dns):
+            return False
+        for event in proc.files:
+            effect = _file_effect(event)
+            if effect is None:
+                continue
+            paths = [event.path, *([event.target] if event.target else [])]
+            if effect.startswith("read ") or not all(p.startswith(inside) for p in paths):
+                return False
+    return not any(d.direction == "query" for d in tree.dns)
+
+
 def side_effects(tree: BehaviorTree) -> list[str]:
     out: list[str] = []
     roots = {p.key for p in tree.roots()}
@@ -71,7 +95,7 @@ def side_effects(tree: BehaviorTree) -> list[str]:
             if effect is not None:
                 out.append(effect)
         for net in proc.net:
-            if net.op == "connect":
+            if net.egress:  # not a datagram socket's connect that sent nothing
                 out.append(f"connect {net.address}:{net.port}")
         for dns in proc.dns:
             if dns.direction == "query":

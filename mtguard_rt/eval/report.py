@@ -127,6 +127,9 @@ def render_markdown(run: EvalRun) -> str:
     ]
     for key, cases in enf["attacks"].items():
         out.append(f"- {key}: {len(cases)}")
+    if enf["attacks"].get("rolled back"):
+        out += ["", "Rolled back: denied after execution; the unsafe calls' only effects were "
+                "workspace file changes the rollback restored (`[sandbox] rollback`)."]  # fmt: skip
     harmed = enf["attacks"]["harm before deny"] + enf["attacks"]["not stopped"]
     if harmed:
         out += ["", "Attacks whose unsafe call still reached a server:", ""]

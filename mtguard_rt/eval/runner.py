@@ -60,6 +60,7 @@ class EvalOptions(msgspec.Struct, kw_only=True):
     enforce: bool = True  # also run the enforce-mode passes
     call_timeout_s: float = 60.0
     command: str = ""
+    audit_log: str | None = None  # also write every call's audit record (with its tree) here
 
 
 def select(scenarios: Sequence[Scenario], options: EvalOptions) -> list[Scenario]:
@@ -131,7 +132,7 @@ async def run_evaluation(
     sandbox = SandboxConfig()
     config = GuardConfig(
         observe=True,
-        audit_log=None,
+        audit_log=options.audit_log,
         policies=list(options.policies),
         call_timeout_s=options.call_timeout_s,
         sandbox=sandbox,

@@ -24,9 +24,10 @@ from ..model import (
 )
 from .decode import RawEvent, Recording
 from .dns import decode_dns
-from .kinds import BLIND_SPOTS, Flag, Kind
+from .kinds import BLIND_SPOTS, TRANSPORTS, Flag, Kind
 from .paths import AT_FDCWD, FsState, text
 from .procfs import SeedProcess
+from .stdio import StdioAssembler
 
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
 AT_REMOVEDIR = 0x200
@@ -62,7 +63,9 @@ def ip_text(family: int, addr: bytes) -> str:
 # plain ints on the hot path: IntFlag arithmetic costs a microsecond per event
 F_TRUNC1, F_TRUNC2, F_LEN_PARTIAL = int(Flag.TRUNC1), int(Flag.TRUNC2), int(Flag.LEN_PARTIAL)
 F_HAS_CODE, F_BYFD = int(Flag.HAS_CODE), int(Flag.BYFD)
+F_CONNECTED, K_NET_SENT = int(Flag.CONNECTED), int(Kind.NET_SENT)
 K_OPEN, K_CLOSE = int(Kind.OPEN), int(Kind.CLOSE)
+K_STDIO = int(Kind.STDIO)
 _flag_cache: dict[int, list[str]] = {}
 
 
@@ -94,6 +97,10 @@ class TreeBuilder:
         self._dns_servers: dict[tuple[int, int], str] = {}
         self.events = 0
         self.blind_spots: list[str] = []  # why the tree cannot be complete, beyond loss
+        self.stdio = StdioAssembler()  # the server's stdio messages (integrity rules)
+        self._connected: dict[tuple[int, int], NetEvent] = {}  # (pid, fd) -> its connect
+        self._sends: dict[tuple[int, int, str, int], NetEvent] = {}  # (pid, fd, addr, port)
+        self.last_net: NetEvent | None = None  # the event the last NET_SENT record updated
 
     # -- seeding ---------------------------------------------------------------
     def seed(self, sp: SeedProcess, learned: str = "seeded", spawned: bool = False) -> _Proc:
@@ -130,6 +137,9 @@ class TreeBuilder:
     def apply(self, ev: RawEvent) -> None:
         self.events += 1
         kind = ev.kind
+        if kind == K_STDIO:  # bytes on the MCP wire, not a process effect
+            self.stdio.feed(ev)
+            return
         if kind == Kind.FORK:
             self._fork(ev)
             return
@@ -216,16 +226,20 @@ class TreeBuilder:
             address = ip_text(ev.a1, ev.addr)
             if kind == Kind.CONNECT and ev.a2 == 53:
                 self._dns_servers[(ev.pid, ev.a0)] = f"{address}:53"
-            node.net.append(
-                NetEvent(
-                    ts_ns=ev.ts_ns,
-                    op="connect" if kind == Kind.CONNECT else "accept",
-                    family=family,
-                    address=address,
-                    port=ev.a2,
-                    result=ev.ret,
-                )
+            net = NetEvent(
+                ts_ns=ev.ts_ns,
+                op="connect" if kind == Kind.CONNECT else "accept",
+                family=family,
+                address=address,
+                port=ev.a2,
+                result=ev.ret,
+                transport=TRANSPORTS.get(ev.a3, "unknown"),
             )
+            node.net.append(net)
+            if kind == Kind.CONNECT:
+                self._connected[(ev.pid, ev.a0)] = net
+        elif kind == K_NET_SENT:
+            self._net_sent(node, ev)
 
     def _fork(self, ev: RawEvent) -> None:
         parent = self._proc(ev)
@@ -278,6 +292,35 @@ class TreeBuilder:
             proc.fs.cwd = path if ok else None
             proc.node.cwd = proc.fs.cwd
 
+    def _net_sent(self, node: ProcessNode, ev: RawEvent) -> None:
+        """Datagrams sent: counted on the socket's connect when the destination is its
+        peer, else on a `send` event per (socket, destination)."""
+        self.last_net = None
+        family = FAMILIES.get(ev.a1)
+        if family is None:
+            return
+        address = ip_text(ev.a1, ev.addr)
+        if ev.flags & F_CONNECTED:
+            conn = self._connected.get((ev.pid, ev.a0))
+            if conn is not None and conn.address == address and conn.port == ev.a2:
+                conn.sent = max(conn.sent, ev.a3)
+                self.last_net = conn
+                return
+        key = (ev.pid, ev.a0, address, ev.a2)
+        send = self._sends.get(key)
+        if send is None:
+            send = self._sends[key] = NetEvent(
+                ts_ns=ev.ts_ns,
+                op="send",
+                family=family,
+                address=address,
+                port=ev.a2,
+                transport=TRANSPORTS.get(ev.ret, "unknown"),
+            )
+            node.net.append(send)
+        send.sent = max(send.sent, ev.a3)
+        self.last_net = send
+
     def _dns_event(self, proc: _Proc | None, ev: RawEvent) -> None:
         family = FAMILIES.get(ev.a1)
         if family is not None:
@@ -308,7 +351,10 @@ class TreeBuilder:
     ) -> BehaviorTree:
         for proc in self._order:
             proc.node.still_running = proc.spawned and proc.alive
+        lost = sorted(k for k in ("stdio", "window_overflow") if drops.get(k))
+        stdio = self.stdio.capture(f"records lost ({', '.join(lost)})" if lost else None)
         reasons = [*reasons, *self.blind_spots]
+        reasons += [f"stdio unverified: {why}" for why in stdio.unverified]
         return BehaviorTree(
             call=self.call,
             processes=[p.node for p in self._order],
@@ -319,6 +365,7 @@ class TreeBuilder:
             window_start_ns=self.start_ns,
             window_end_ns=end_ns,
             wall_offset_ns=wall_offset_ns,
+            stdio=stdio,
         )
 
 

@@ -49,6 +49,7 @@ _CODES: dict[Any, str] = {
 
 
 K_EXEC, K_DNS_SEND, K_DNS_RECV = int(Kind.EXEC), int(Kind.DNS_SEND), int(Kind.DNS_RECV)
+K_STDIO = int(Kind.STDIO)  # raw bytes: never cut at a NUL
 
 
 class RawEvent(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
@@ -109,7 +110,7 @@ class EventDecoder:
             s2 = b"\0".join(
                 s2[i : i + ARG_MAX].split(b"\0", 1)[0] for i in range(0, len(s2), ARG_MAX)
             )
-        elif kind != K_DNS_SEND and kind != K_DNS_RECV:
+        elif kind != K_DNS_SEND and kind != K_DNS_RECV and kind != K_STDIO:
             s1 = s1.split(b"\0", 1)[0]
             s2 = s2.split(b"\0", 1)[0]
         return RawEvent(

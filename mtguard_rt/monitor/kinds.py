@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from ..model import Transport
+
 
 class Kind(enum.IntEnum):
     FORK = 1
@@ -28,7 +30,11 @@ class Kind(enum.IntEnum):
     DNS_SEND = 16
     DNS_RECV = 17
     BLIND = 18  # a syscall that opens a path this monitor cannot follow (io_uring, ...)
-    KILLED = 19  # kill on touch: SIGKILL sent at syscall enter (a0: 1 open, 2 exec; str1 path)
+    KILLED = 19  # kill on touch: SIGKILL sent at syscall enter (a0: KILLED_OPS; str1 path)
+    NET_SENT = 20  # datagram(s) sent: a0 fd, a1 family, a2 port, a3 count so far, ret transport
+    # stdio integrity: bytes a server read from / wrote to its MCP wire (a0 stream 0 stdin /
+    # 1 stdout, a1 offset of the chunk in the syscall's data, a2 syscall ret, a3 fd; str1 data)
+    STDIO = 21
 
 
 EV_MAX = max(Kind) + 1
@@ -42,6 +48,7 @@ class Flag(enum.IntFlag):
     HAS_CODE = 8  # EXIT carries the exit_group code in a0
     BYFD = 16  # fchmod/fchdir: the target is the fd in a3, no name
     LEN_PARTIAL = 32  # argv full length is a lower bound (scan budget exhausted)
+    CONNECTED = 64  # NET_SENT: the destination is the socket's connected peer
 
 
 STR_MAX = 4096  # PATH_MAX: names are read whole up to this
@@ -64,10 +71,34 @@ CG_PROTECTED = 4  # ... and has paths in `protected` (kill on touch is looked up
 ACT_WAKE = 1  # `protected` map values: an open of this exact path wakes the reader at once
 ACT_KILL_OPEN = 2  # ... an open of it is answered with SIGKILL in the kernel
 ACT_KILL_EXEC = 4  # ... an exec of it is answered with SIGKILL in the kernel
+ACT_KILL_MODIFY = 8  # ... an unlink or rename (from or onto it) is answered with SIGKILL
 KEY_PATH_MAX = 256  # protected paths are exact strings shorter than this
 MAX_PROTECTED = 4096
 O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
-KILLED_OPS = {1: "open", 2: "exec"}  # EV_KILLED's a0
+KILLED_OPS = {1: "open", 2: "exec", 3: "unlink", 4: "rename", 5: "rename onto"}  # EV_KILLED a0
+# stdio integrity (EV_STDIO): per read/write syscall on a wire fd, at most IO_CAP bytes are
+# copied, in records of at most IO_CHUNK bytes; readv/writev: the first IO_CHUNK bytes of each
+# of at most IOV_MAX iovecs. More: TRUNC1 (the message is unverified)
+IO_CAP = 65536
+IO_CHUNK = 8192  # < DATA_MAX: one record's data
+IOV_MAX = 8
+MAX_WIRE = 4096  # (tgid, fd) entries of the `wire` map: the sandboxes' stdio pipe fds
+WIRE_STDIN, WIRE_STDOUT = 0, 1  # `wire` values and EV_STDIO's a0
+F_DUPFD, F_DUPFD_CLOEXEC = 0, 1030  # fcntl commands that duplicate an fd
+# socket transports (`socks` map, CONNECT/ACCEPT a3, NET_SENT ret); 0 is unknown
+TR_TCP, TR_UDP, TR_ICMP, TR_RAW, TR_OTHER = 1, 2, 3, 4, 5
+TRANSPORTS: dict[int, Transport] = {
+    TR_TCP: "tcp", TR_UDP: "udp", TR_ICMP: "icmp", TR_RAW: "raw", TR_OTHER: "other"
+}
+MAX_SOCKS = 16384  # sockets whose transport is remembered (LRU)
+# tracepoints attached by name (bcc's TRACEPOINT_PROBE allows one program per tracepoint in
+# a source; these share theirs with other sections): tracepoint -> function
+NAMED_TRACEPOINTS = {
+    "syscalls:sys_enter_write": "mt_sock_write_enter",
+    "syscalls:sys_exit_write": "mt_sock_write_exit",
+    "syscalls:sys_enter_writev": "mt_sock_write_enter",
+    "syscalls:sys_exit_writev": "mt_sock_write_exit",
+}
 
 
 def bpf_cflags(ring_pages: int) -> list[str]:
@@ -91,11 +122,26 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         ACT_WAKE=ACT_WAKE,
         ACT_KILL_OPEN=ACT_KILL_OPEN,
         ACT_KILL_EXEC=ACT_KILL_EXEC,
+        ACT_KILL_MODIFY=ACT_KILL_MODIFY,
+        TR_TCP=TR_TCP,
+        TR_UDP=TR_UDP,
+        TR_ICMP=TR_ICMP,
+        TR_RAW=TR_RAW,
+        TR_OTHER=TR_OTHER,
+        MAX_SOCKS=MAX_SOCKS,
         KEY_PATH_MAX=KEY_PATH_MAX,
         MAX_PROTECTED=MAX_PROTECTED,
         O_ANY_WRITE=O_ANY_WRITE,
         RING_PAGES=ring_pages,
         WAKE_EVERY=WAKE_EVERY,
+        IO_CAP=IO_CAP,
+        IO_CHUNK=IO_CHUNK,
+        IOV_MAX=IOV_MAX,
+        MAX_WIRE=MAX_WIRE,
+        WIRE_STDIN=WIRE_STDIN,
+        WIRE_STDOUT=WIRE_STDOUT,
+        F_DUPFD=F_DUPFD,
+        F_DUPFD_CLOEXEC=F_DUPFD_CLOEXEC,
     )
     defs["EV_MAX"] = EV_MAX
     defs.update(

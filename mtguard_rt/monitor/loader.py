@@ -7,6 +7,7 @@ consumer). bcc's bare `Exception`s are translated here into `BpfLoadError`.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import mmap
 import os
@@ -19,7 +20,16 @@ from typing import Any
 
 from ..errors import BpfLoadError
 from .decode import EventDecoder
-from .kinds import CG_EAGER, CG_PROTECTED, CG_WATCHED, EV_MAX, KEY_PATH_MAX, Kind, bpf_cflags
+from .kinds import (
+    CG_EAGER,
+    CG_PROTECTED,
+    CG_WATCHED,
+    EV_MAX,
+    KEY_PATH_MAX,
+    NAMED_TRACEPOINTS,
+    Kind,
+    bpf_cflags,
+)
 
 RawCallback = Callable[[bytes], None]
 
@@ -113,6 +123,26 @@ class BpfProgram:
             except KeyError:
                 pass
 
+    def wire_add(self, cgroup_id: int, fds: dict[tuple[int, int], int]) -> None:
+        """Mark (tgid, fd) -> stream (0 stdin, 1 stdout) as one cgroup's MCP wire; the kernel
+        follows them from there (dup, fcntl dup, close, fork) and captures their bytes."""
+        table = self._bpf["wire"]
+        for (pid, fd), stream in fds.items():
+            leaf = table.Leaf()
+            leaf.cgroup_id = cgroup_id
+            leaf.stream = stream
+            table[table.Key((pid << 32) | fd)] = leaf
+
+    def wire_forget(self, cgroup_id: int) -> None:
+        """Drop every wire fd of one cgroup."""
+        table = self._bpf["wire"]
+        for key, leaf in list(table.items()):
+            if leaf.cgroup_id == cgroup_id:
+                try:
+                    del table[key]
+                except KeyError:
+                    pass
+
     def remove_cgroup(self, cgroup_id: int) -> None:
         try:
             del self._cgroups[self._cgroups.Key(cgroup_id)]
@@ -143,7 +173,75 @@ class BpfProgram:
 
     def close(self) -> None:
         self._drops_mm.close()
+        _detach_concurrently(self._bpf.tracepoint_fds)
         self._bpf.cleanup()
+
+
+def _detach_concurrently(fds: dict[bytes, int]) -> None:
+    """Close the tracepoints' perf events from several threads at once. Each close waits for
+    an RCU grace period in the kernel (tracepoint unregistration): one after another, 80-odd
+    tracepoints keep a guard's exit waiting for seconds; concurrent closes share the grace
+    periods. bcc's own cleanup then finds nothing left to detach."""
+    if not fds:
+        return
+    from bcc.libbcc import lib  # type: ignore[import-untyped]
+
+    pending = list(fds.values())
+    fds.clear()
+
+    def close_some() -> None:
+        while pending:
+            try:
+                fd = pending.pop()
+            except IndexError:
+                return
+            lib.bpf_close_perf_event_fd(fd)
+
+    # plain threads: this also runs at interpreter exit, when executors refuse new work
+    workers = min(32, len(pending))
+    threads = [threading.Thread(target=close_some, daemon=True) for _ in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+
+
+def _release_at_exit(fds: dict[bytes, int]) -> None:
+    """At interpreter exit, hand the tracepoints' perf events to a short-lived child.
+
+    Releasing them costs a grace period each, serialised in the kernel (about 4 s for the
+    monitor's 80-odd tracepoints): done here, a host that stops the guard would see it
+    hang on exit. The child keeps only those fds (the host's pipes and sockets must reach
+    EOF now); while it holds them our closes are instant. Once ours are closed we close a
+    pipe, and the child exits, paying for the release after this process is gone."""
+    if not fds:
+        return
+    keep = set(fds.values())
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:
+        _detach_concurrently(fds)
+        return
+    if pid == 0:  # pragma: no cover - the child only closes descriptors, waits and exits
+        try:
+            for name in os.listdir("/proc/self/fd"):
+                if int(name) not in keep and int(name) != r:
+                    try:
+                        os.close(int(name))
+                    except OSError:
+                        pass
+            os.read(r, 1)  # EOF: the parent has closed its copies
+        finally:
+            os._exit(0)
+    os.close(r)
+    for fd in keep:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()  # bcc's cleanup must not close them again
+    os.close(w)
 
 
 _lock = threading.Lock()
@@ -176,10 +274,15 @@ def load_program(ring_pages: int) -> BpfProgram:
                 src_file=str(d / "monitor.bpf.c").encode(),
                 cflags=[*bpf_cflags(ring_pages), f"-I{d}", "-Wno-macro-redefined"],
             )
+            for tp, fn in NAMED_TRACEPOINTS.items():  # beside the TRACEPOINT_PROBEs
+                bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn.encode())
         except Exception as exc:
             raise BpfLoadError(f"compile or attach failed: {str(exc).splitlines()[-1]}") from exc
         prog = BpfProgram(bpf, time.monotonic() - started, ring_pages)
         _loaded[ring_pages] = prog
+        # runs before bcc's own exit cleanup (atexit is last-in, first-out), which would
+        # otherwise detach the tracepoints one grace period at a time
+        atexit.register(_release_at_exit, bpf.tracepoint_fds)
         return prog
 
 

@@ -19,9 +19,13 @@ import msgspec
 
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
+from .decode import K_STDIO, RawEvent
 from .loader import BpfProgram, load_program
+from .procfs import stdio_pipes
+from .stdio import StdioAssembler
 from .window import EventHook, Window
 
+MAX_BETWEEN = 256  # requests kept per cgroup between windows (a flood keeps the latest)
 CONSUME_BATCH = 2048  # records per event-loop turn: about 5 ms of work, then other tasks run
 
 
@@ -66,6 +70,8 @@ class Watch:
         )
         # subscribe first (records queued from before the window are dropped by timestamp) ...
         mon._windows[self.cgroup_id] = win
+        # stdio integrity: what the server read while no window was open (since the last one)
+        between = mon._idle.pop(self.cgroup_id, None)
         try:
             win._seed()  # ... then seed, so nothing in between is missed
             try:
@@ -82,6 +88,8 @@ class Watch:
                 win._finish(settled=settled, aborted=False)
         finally:
             mon._windows.pop(self.cgroup_id, None)
+            if between is not None and win._tree is not None and win._tree.stdio is not None:
+                win._tree.stdio.between_calls = between.capture().requests
 
 
 class Monitor:
@@ -93,19 +101,37 @@ class Monitor:
         self._error: BaseException | None = None
         self.events_total = 0
         self.events_unrouted = 0
+        # per watched cgroup: stdio records seen while no window was open (integrity rules)
+        self._idle: dict[int, StdioAssembler] = {}
 
     def _on_record(self, raw: bytes) -> None:
         try:
             ev = self.program.decoder.decode(raw)
             self.events_total += 1
             win = self._windows.get(ev.cgroup_id)
-            if win is None:
+            if ev.kind == K_STDIO and (win is None or ev.ts_ns < win.start_ns):
+                self._between_windows(ev)
+            elif win is None:
                 self.events_unrouted += 1
             else:
                 win._on_event(ev)
         except Exception as exc:  # a ctypes callback must not raise: keep it for the reader
             if self._error is None:
                 self._error = exc
+
+    def _between_windows(self, ev: RawEvent) -> None:
+        """Keep what a watched server read outside any window, for its next window's tree:
+        a tools/call read then was sent by no guarded call. Bounded per cgroup."""
+        if ev.cgroup_id not in self._watched:
+            self.events_unrouted += 1
+            return
+        asm = self._idle.get(ev.cgroup_id)
+        if asm is None:
+            asm = self._idle[ev.cgroup_id] = StdioAssembler()
+        asm.feed(ev)
+        if len(asm.requests) > MAX_BETWEEN:
+            del asm.requests[: -MAX_BETWEEN // 2]
+        asm.responses.clear()  # only what it read is evidence here
 
     def _check(self) -> None:
         if self._error is not None:
@@ -147,6 +173,8 @@ class Monitor:
         self._watched[cgroup_id] = n + 1
         if n == 0:
             self.program.add_cgroup(cgroup_id, eager=eager)
+            # stdio integrity: the sandbox's stdin/stdout pipes, before its server runs
+            self.program.wire_add(cgroup_id, stdio_pipes(cgroup_path))
         try:
             yield Watch(self, cgroup_id, cgroup_path, eager)
         finally:
@@ -154,8 +182,10 @@ class Monitor:
             if left:
                 self._watched[cgroup_id] = left
             else:
+                self._idle.pop(cgroup_id, None)
                 self.program.remove_cgroup(cgroup_id)
                 self.program.unprotect(cgroup_id)
+                self.program.wire_forget(cgroup_id)
 
     async def _read(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         task_status.started()

@@ -35,7 +35,7 @@ LSM_PROBE(file_open, struct file *file) { return 0; }
 
 
 def _run(feature: str) -> int:
-    from bcc import BPF
+    from bcc import BPF  # type: ignore[import-untyped]
 
     if feature == "canary":
         bpf = BPF(text=_CANARY, cflags=[f"-DTARGET_TGID={os.getpid()}"])

@@ -8,6 +8,7 @@ stripped. Every read tolerates the process vanishing mid-read (it returns None o
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -114,4 +115,20 @@ def snapshot(cgroup_path: str) -> list[SeedProcess]:
         proc = read_process(pid)
         if proc is not None:
             out.append(proc)
+    return out
+
+
+def stdio_pipes(cgroup_path: str) -> dict[tuple[int, int], int]:
+    """(pid, fd) -> stream (0 stdin, 1 stdout) for fd 0 and fd 1 of the cgroup's processes
+    that are pipes: a sandbox's MCP wire before its server runs (the kernel follows the fds
+    from there, through dups and forks)."""
+    out: dict[tuple[int, int], int] = {}
+    for pid in cgroup_pids(cgroup_path):
+        for fd in (0, 1):
+            try:
+                mode = os.stat(f"/proc/{pid}/fd/{fd}").st_mode
+            except OSError:
+                continue
+            if stat.S_ISFIFO(mode):
+                out[(pid, fd)] = fd
     return out

@@ -28,7 +28,7 @@ def _effect(e: Effect) -> str:
         unres = " (unresolved)" if not e.resolved else ""
         return f"{e.op} {_safe(e.path)}{target}{flags}{mode}{unres}{_result(e.result)}"
     if isinstance(e, NetEvent):
-        return f"{e.op} {e.address}:{e.port}{_result(e.result)}"
+        return f"{e.summary}{_result(e.result)}"
     if isinstance(e, DnsEvent):
         answers = f" = {', '.join(e.answers)}" if e.answers else ""
         via = f" via {e.server}" if e.server else ""
@@ -46,6 +46,8 @@ def _head(p: ProcessNode) -> str:
         parts.append(f"cwd={_safe(p.cwd)}")
     if p.uid is not None:
         parts.append(f"uid={p.uid}")
+    if p.killed_by:
+        parts.append(f"✗ killed: {_safe(p.killed_by)}")
     if p.still_running:
         parts.append("STILL RUNNING")
     elif p.exit_code is not None:

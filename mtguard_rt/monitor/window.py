@@ -35,6 +35,7 @@ HOOKED = {
     int(Kind.CHMOD): "files",
     int(Kind.EXEC_RESULT): "execs",  # a successful exec only, as the audit counts them
     int(Kind.CONNECT): "net",
+    int(Kind.NET_SENT): "net",  # the connect or send event it counted on (not always last)
 }
 BuiltEvent = FileEvent | ExecEvent | NetEvent
 # Called synchronously on the event loop thread, once per hooked event as it is folded in
@@ -130,12 +131,15 @@ class Window:
             return  # a failed exec ran nothing (the audit counts successful execs only)
         proc = self._builder._procs.get(ev.pid)
         built = getattr(proc.node, HOOKED[ev.kind]) if proc is not None else None
+        if ev.kind == Kind.NET_SENT:
+            built = [self._builder.last_net] if self._builder.last_net is not None else None
         if proc is not None and built and self.on_event is not None:
             self.on_event(self, proc.node, built[-1])
 
     def _killed_in_kernel(self, ev: RawEvent) -> None:
         proc = self._builder._procs.get(ev.pid)
-        what = f"{KILLED_OPS.get(ev.a0, '?')} of {text(ev.s1)}"
+        op = KILLED_OPS.get(ev.a0, "?")
+        what = f"{op} {text(ev.s1)}" if op == "rename onto" else f"{op} of {text(ev.s1)}"
         if proc is not None:
             proc.node.killed_by = proc.node.killed_by or f"kill-on-touch: {what}"
             who = f"pid {ev.pid} {proc.node.exe or '?'}"

@@ -7,10 +7,14 @@ acknowledged 202. A `subscriptions/listen` request, and a GET, hold an SSE strea
 carries the server's notifications (`list_changed` included: nothing is filtered out).
 Before anything is relayed: Host and Origin must be loopback names when bound to loopback
 (or listed with `--allow-origin`), a bearer token is required when bound elsewhere, and the
-`Mcp-Method` / `Mcp-Name` / `MCP-Protocol-Version` headers, when sent, must match the body.
-Every read is bounded in size and time; one request per connection (`Connection: close`).
-All clients share the one sandboxed server, so the first client fixes its protocol era
-(2026-07-28 per-request envelopes, or a 2025 `initialize` session).
+`Mcp-Method` / `Mcp-Name` / `MCP-Protocol-Version` headers, when sent, must match the body
+(`Mcp-Method` for a tools/call, prompts/get or resources/read needs `Mcp-Name` beside it).
+Sessions (2025 era): a successful `initialize` issues an `Mcp-Session-Id`; every later 2025
+request (and a GET) must carry it; an unknown one gets 404; DELETE ends it, closing its GET
+streams and cancelling its requests in flight. 2026-07-28 requests (their protocol version
+in `_meta` or the header) need no session. Every read is bounded in size and time; one
+request per connection (`Connection: close`). All clients share the one guarded server
+(sandboxed, or the `--upstream` URL): one upstream per listener.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import hmac
 import itertools
 import json
+import secrets
 import signal
 import sys
 from collections.abc import Sequence
@@ -35,13 +40,16 @@ from mcp.shared.inbound import (
     MCP_PROTOCOL_VERSION_HEADER,
     NAME_BEARING_METHODS,
     decode_header_value,
+    find_duplicated_routing_header,
 )
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types import HEADER_MISMATCH, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..config import GuardConfig
 from ..errors import GuardError
 from ..guard import open_guard
+from .remote import connect_server, redact
 from .stdio import Relay
 from .upstream import Message
 
@@ -50,6 +58,9 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # the MCP SDK's own default limit
 READ_TIMEOUT_S = 30.0  # a client that sends its request slower than this is dropped
 LISTEN_QUEUE = 256  # server notifications buffered per open SSE stream; more are counted drops
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MCP_SESSION_ID = "mcp-session-id"
+MAX_SESSIONS = 1024  # open 2025-era sessions; past this, initialize gets 503
+SESSION_NOT_FOUND = -32001  # the MCP SDK server's code for an unknown session
 
 
 def _log(text: str) -> None:
@@ -74,6 +85,14 @@ class Request:
     path: str
     headers: dict[str, str]
     body: bytes = b""
+
+
+@dataclass
+class Session:
+    """A 2025-era client session: what DELETE releases."""
+
+    listeners: list[Listener] = field(default_factory=list)  # its GET streams
+    waiting: set[str] = field(default_factory=set)  # proxy ids of its requests in flight
 
 
 @dataclass
@@ -153,6 +172,7 @@ class HttpFront:
         self.loopback, self.token = loopback, token
         self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
         self.response_timeout_s = response_timeout_s
+        self.sessions: dict[str, Session] = {}
 
     async def handle(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:
@@ -200,14 +220,33 @@ class HttpFront:
 
     async def dispatch(self, request: Request, stream: anyio.abc.ByteStream) -> None:
         accept = request.headers.get("accept", "")
+        session_id = request.headers.get(MCP_SESSION_ID)
+        session = None
+        if session_id is not None and request.method in ("GET", "POST", "DELETE"):
+            session = self.sessions.get(session_id)
+            if session is None:
+                raise HttpReject(
+                    404, "session not found: it ended or never existed; initialize a new one",
+                    SESSION_NOT_FOUND,
+                )
+        if request.method == "DELETE":
+            if session_id is None:
+                raise HttpReject(400, "DELETE /mcp ends a session: send its Mcp-Session-Id")
+            await self.end_session(session_id)
+            await _reply(stream, 204, [], b"")
+            return
         if request.method == "GET":
             if "text/event-stream" not in accept:
                 raise HttpReject(406, "GET /mcp opens an SSE stream: accept text/event-stream")
-            await self.stream_events(stream)
+            if session is None:
+                raise HttpReject(400, "GET /mcp needs the Mcp-Session-Id that initialize "
+                                      "returned (2026-07-28 clients use subscriptions/listen)")
+            await self.stream_events(stream, session=session)
             return
         if request.method != "POST":
             raise HttpReject(
-                405, f"{request.method} is not supported on /mcp", headers=[("Allow", "GET, POST")]
+                405, f"{request.method} is not supported on /mcp",
+                headers=[("Allow", "GET, POST, DELETE")],
             )
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             raise HttpReject(415, "Content-Type must be application/json")
@@ -218,15 +257,30 @@ class HttpFront:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             raise HttpReject(400, "Invalid Request: one JSON-RPC 2.0 message per POST", -32600)
         _check_routing_headers(request.headers, message)
+        opens = message.get("method") == "initialize"
+        if opens and session is not None:
+            raise HttpReject(400, "initialize opens a new session: send it without Mcp-Session-Id")
+        if not opens and session is None and not _sessionless(request.headers, message):
+            raise HttpReject(
+                400, "Mcp-Session-Id header is required: send the id initialize returned "
+                "(2026-07-28 requests carry their protocol version instead)",
+            )
+        if opens and len(self.sessions) >= MAX_SESSIONS:
+            raise HttpReject(503, f"too many open sessions ({MAX_SESSIONS}): end some with DELETE")
         if "method" not in message or message.get("id") is None:
             await self.relay.from_host(message, self.tg)  # notification or response: relayed
             await _reply(stream, 202, [], b"")
             return
         if "application/json" not in accept and "text/event-stream" not in accept:
             raise HttpReject(406, "accept application/json or text/event-stream")
-        await self.answer(message, stream, sse="application/json" not in accept)
+        await self.answer(
+            message, stream, sse="application/json" not in accept, session=session, opens=opens
+        )
 
-    async def answer(self, message: Message, stream: anyio.abc.ByteStream, *, sse: bool) -> None:
+    async def answer(
+        self, message: Message, stream: anyio.abc.ByteStream, *, sse: bool,
+        session: Session | None = None, opens: bool = False,
+    ) -> None:
         host_id = message["id"]
         proxy_id = f"mtguard-http-{next(self.router.ids)}"
         forwarded = {**message, "id": proxy_id}
@@ -235,6 +289,8 @@ class HttpFront:
             return
         send, receive = anyio.create_memory_object_stream[Message](1)
         self.router.waiting[proxy_id] = send
+        if session is not None:
+            session.waiting.add(proxy_id)
         try:
             with send, receive:
                 await self.relay.from_host(forwarded, self.tg)
@@ -243,18 +299,44 @@ class HttpFront:
         except TimeoutError:
             response = {"jsonrpc": "2.0", "error": {
                 "code": -32001, "message": "mtguard: no response from the server in time"}}
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            response = {"jsonrpc": "2.0", "error": {
+                "code": -32800, "message": "mtguard: the session was ended (DELETE)"}}
         finally:
             self.router.waiting.pop(proxy_id, None)
+            if session is not None:
+                session.waiting.discard(proxy_id)
+        headers: list[tuple[str, str]] = []
+        if opens and "result" in response:
+            session_id = secrets.token_hex(16)
+            self.sessions[session_id] = Session()
+            headers.append(("Mcp-Session-Id", session_id))
         body = json.dumps({**response, "id": host_id}).encode()
         if sse:
-            await _reply(stream, 200, [("Content-Type", "text/event-stream")],
+            await _reply(stream, 200, [("Content-Type", "text/event-stream"), *headers],
                          b"event: message\ndata: " + body + b"\n\n")
         else:
-            await _reply(stream, 200, [("Content-Type", "application/json")], body)
+            await _reply(stream, 200, [("Content-Type", "application/json"), *headers], body)
+
+    async def end_session(self, session_id: str) -> None:
+        """DELETE: forget the session, close its GET streams, cancel its requests in flight
+        (their POSTs are answered with an error at once)."""
+        session = self.sessions.pop(session_id)
+        for listener in session.listeners:
+            listener.send.close()
+        for proxy_id in sorted(session.waiting):
+            await self.relay.from_host(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                 "params": {"requestId": proxy_id, "reason": "the HTTP session was ended"}},
+                self.tg,
+            )
+            waiting = self.router.waiting.pop(proxy_id, None)
+            if waiting is not None:
+                waiting.close()
 
     async def stream_events(
         self, stream: anyio.abc.ByteStream, forwarded: Message | None = None,
-        proxy_id: str | None = None, host_id: Any = None,
+        proxy_id: str | None = None, host_id: Any = None, session: Session | None = None,
     ) -> None:
         """An SSE response that stays open: a GET's (server-wide notifications, until the
         client leaves) or a listen request's (its frames, until the server answers it). The
@@ -265,6 +347,8 @@ class HttpFront:
             self.router.listeners.append(listener)
         else:
             self.router.subscriptions[proxy_id] = listener
+        if session is not None:
+            session.listeners.append(listener)
         try:
             with send, receive:
                 await stream.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -278,9 +362,12 @@ class HttpFront:
                         await stream.send(b"event: message\ndata: " + data + b"\n\n")
                         if proxy_id is not None and "method" not in message:
                             tg.cancel_scope.cancel()  # the listen request was answered
+                    tg.cancel_scope.cancel()  # closed by DELETE: stop watching for hang-up
         finally:
             if listener in self.router.listeners:
                 self.router.listeners.remove(listener)
+            if session is not None and listener in session.listeners:
+                session.listeners.remove(listener)
             if proxy_id is not None:
                 self.router.subscriptions.pop(proxy_id, None)
             if listener.dropped:
@@ -315,6 +402,11 @@ def _check_routing_headers(headers: dict[str, str], message: Message) -> None:
     raw = message.get("params")
     params: dict[str, Any] = raw if isinstance(raw, dict) else {}
     key = NAME_BEARING_METHODS.get(method) if isinstance(method, str) else None
+    if MCP_METHOD_HEADER in headers and key is not None and MCP_NAME_HEADER not in headers:
+        raise HttpReject(
+            400, f"Mcp-Method {method} needs an Mcp-Name header (the params.{key})",
+            HEADER_MISMATCH,
+        )
     if MCP_NAME_HEADER in headers and (
         key is None or decode_header_value(headers[MCP_NAME_HEADER]) != params.get(key)
     ):
@@ -330,6 +422,17 @@ def _check_routing_headers(headers: dict[str, str], message: Message) -> None:
         raise mismatch("MCP-Protocol-Version")
 
 
+def _sessionless(headers: dict[str, str], message: Message) -> bool:
+    """A 2026-07-28 message (or the probe for it): it carries its protocol version itself."""
+    if headers.get(MCP_PROTOCOL_VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+        return True
+    if message.get("method") == "server/discover":
+        return True
+    raw = message.get("params")
+    meta = raw.get("_meta") if isinstance(raw, dict) else None
+    return isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) is not None
+
+
 async def _read_request(stream: anyio.abc.ByteStream) -> Request:
     reader = BufferedByteReceiveStream(stream)
     try:
@@ -341,11 +444,17 @@ async def _read_request(stream: anyio.abc.ByteStream) -> Request:
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise HttpReject(400, "malformed request line")
     headers: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep:
             raise HttpReject(400, "malformed header line")
+        pairs.append((name.strip().lower(), value.strip()))
         headers[name.strip().lower()] = value.strip()
+    if (twice := find_duplicated_routing_header(pairs)) is not None:
+        raise HttpReject(400, f"the {twice} header appears more than once", HEADER_MISMATCH)
+    if sum(1 for name, _ in pairs if name == MCP_SESSION_ID) > 1:
+        raise HttpReject(400, "the Mcp-Session-Id header appears more than once")
     if "transfer-encoding" in headers:
         raise HttpReject(411, "send the body with Content-Length")
     try:
@@ -364,6 +473,7 @@ async def _reply(
     reason = {
         200: "OK",
         202: "Accepted",
+        204: "No Content",
         400: "Bad Request",
         401: "Unauthorized",
         403: "Forbidden",
@@ -375,6 +485,7 @@ async def _reply(
         415: "Unsupported Media Type",
         421: "Misdirected Request",
         431: "Request Header Fields Too Large",
+        503: "Service Unavailable",
     }.get(status, "Error")
     head = [
         f"HTTP/1.1 {status} {reason}",
@@ -435,8 +546,11 @@ async def serve_http(
     name: str | None = None,
     token: str | None = None,
     allowed_origins: Sequence[str] = (),
+    upstream_url: str | None = None,
+    upstream_headers: dict[str, str] | None = None,
 ) -> None:
-    """Serve MCP over streamable HTTP on host:port until cancelled."""
+    """Serve MCP over streamable HTTP on host:port until cancelled. With `upstream_url`, the
+    guarded server is that streamable HTTP endpoint instead of `command` in a sandbox."""
     loopback = is_loopback(host)
     if not loopback and not token:
         raise GuardError(
@@ -446,8 +560,10 @@ async def serve_http(
     router = Router()
     relay = Relay(router)
     async with (
-        open_guard(config) as guard,
-        guard.connect(command, name, handshake=False, on_message=relay.from_server) as server,
+        open_guard(config, monitor=upstream_url is None) as guard,
+        connect_server(
+            guard, command, name, relay.from_server, upstream_url, upstream_headers
+        ) as server,
     ):
         relay.server = server
         async with anyio.create_task_group() as tg:
@@ -464,9 +580,9 @@ async def serve_http(
                 response_timeout_s=config.call_timeout_s + READ_TIMEOUT_S,
             )
             tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            what = redact(upstream_url) if upstream_url else " ".join(command)
             _log(
-                f"guarding {' '.join(command)!r} in sandbox "
-                f"{server.upstream.sandbox.container_id[:12]}, serving MCP at "
+                f"guarding {what!r} {server.upstream.describe()}, serving MCP at "
                 f"http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp"
             )
             async with listener:

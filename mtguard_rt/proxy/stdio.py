@@ -23,6 +23,7 @@ from mcp.shared.message import SessionMessage
 from ..config import GuardConfig
 from ..errors import ServerExited
 from ..guard import GuardedServer, open_guard
+from .remote import connect_server, redact
 from .upstream import Message, UpstreamError
 
 PROTOCOL_STAMP = "io.modelcontextprotocol/"  # _meta keys a sessionless revision requires
@@ -165,18 +166,21 @@ async def serve_stdio(
     name: str | None = None,
     stdin: Any = None,
     stdout: Any = None,
+    upstream_url: str | None = None,
+    upstream_headers: dict[str, str] | None = None,
 ) -> None:
-    """Serve one host over stdio until it closes stdin."""
+    """Serve one host over stdio until it closes stdin. With `upstream_url`, the guarded
+    server is that streamable HTTP endpoint (no sandbox, no monitor) instead of `command`."""
     async with stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
         relay = Relay(write_stream)
-        async with open_guard(config) as guard:
-            async with guard.connect(
-                command, name, handshake=False, on_message=relay.from_server
+        async with open_guard(config, monitor=upstream_url is None) as guard:
+            async with connect_server(
+                guard, command, name, relay.from_server, upstream_url, upstream_headers
             ) as server:
                 relay.server = server
+                what = redact(upstream_url) if upstream_url else " ".join(command)
                 _log(
-                    f"guarding {' '.join(command)!r} in sandbox "
-                    f"{server.upstream.sandbox.container_id[:12]} "
+                    f"guarding {what!r} {server.upstream.describe()} "
                     f"({'observe' if guard.observe else 'enforce'} mode, audit log "
                     f"{config.audit_log or 'off'})"
                 )

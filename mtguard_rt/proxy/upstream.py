@@ -1,10 +1,12 @@
-"""The JSON-RPC connection to a sandboxed MCP server (newline-delimited, over its stdio).
+"""The JSON-RPC connection to the guarded MCP server.
 
-One reader task owns the server's stdout: responses the guard waits for (its own requests
-and the `tools/call`s it relays) resolve their `ResponseSlot`; everything else goes to the
-`on_message` callback (the proxy forwards it to the host). Lines that are not JSON-RPC are
+`Upstream` holds what every transport shares: responses the guard waits for (its own
+requests and the `tools/call`s it relays) resolve their `ResponseSlot`; everything else goes
+to the `on_message` callback (the proxy forwards it to the host). `StdioUpstream` speaks
+newline-delimited JSON-RPC over a sandboxed server's stdio: lines that are not JSON-RPC are
 counted and dropped, never forwarded; an oversize line is dropped whole. When the server's
 stdout ends, every pending slot fails with `ServerExited`, so no caller waits forever.
+(`remote.HttpUpstream` speaks streamable HTTP to a server at a URL.)
 """
 
 from __future__ import annotations
@@ -61,12 +63,14 @@ class ResponseSlot:
 
 
 class Upstream:
-    def __init__(
-        self, sandbox: Sandbox, on_message: Callable[[Message], Awaitable[None]] | None = None
-    ) -> None:
-        self.sandbox = sandbox
+    """What the supervisor and the relays use, whatever the transport: `expect` a response
+    before `send`ing its request, `forget` it after; `closed` is set when the server is gone
+    for good, and `exited()` says why. Subclasses provide `send`, `run`, `exited` and
+    `describe`."""
+
+    def __init__(self, on_message: Callable[[Message], Awaitable[None]] | None = None) -> None:
         self.on_message = on_message
-        self.garbage_lines = 0
+        self.garbage_lines = 0  # messages from the server that were not JSON-RPC: dropped
         self.closed = anyio.Event()
         self._pending: dict[Any, ResponseSlot] = {}
         self._ids = itertools.count(1)
@@ -88,10 +92,7 @@ class Upstream:
         self._pending.pop(request_id, None)
 
     async def send(self, message: Message) -> None:
-        try:
-            await self.sandbox.stdin.send(_encoder.encode(message) + b"\n")
-        except Exception as exc:  # the attach connection is gone: the server has exited
-            raise self.exited() from exc
+        raise NotImplementedError
 
     async def request(self, method: str, params: Message | None, timeout: float) -> Message:
         request_id = f"mtguard-{next(self._ids)}"
@@ -118,7 +119,47 @@ class Upstream:
         await self.send(message)
 
     def exited(self) -> ServerExited:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Where the server runs, for the proxy's start-up line."""
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    async def deliver(self, message: Message) -> None:
+        """A message from the server: the response a slot waits for, else `on_message`'s."""
+        if "method" not in message and (slot := self._pending.pop(message.get("id"), None)):
+            slot.resolve(message)
+        elif self.on_message is not None:
+            await self.on_message(message)
+
+    def fail_pending(self, error: BaseException) -> None:
+        for slot in list(self._pending.values()):
+            slot.resolve(error=error)
+
+
+class StdioUpstream(Upstream):
+    """A sandboxed server's stdio: newline-delimited JSON-RPC."""
+
+    def __init__(
+        self, sandbox: Sandbox, on_message: Callable[[Message], Awaitable[None]] | None = None
+    ) -> None:
+        super().__init__(on_message)
+        self.sandbox = sandbox
+
+    async def send(self, message: Message) -> None:
+        try:
+            await self.sandbox.stdin.send(_encoder.encode(message) + b"\n")
+        except Exception as exc:  # the attach connection is gone: the server has exited
+            raise self.exited() from exc
+
+    def exited(self) -> ServerExited:
         return ServerExited(" ".join(self.sandbox.command), None, self.sandbox.stderr_tail())
+
+    def describe(self) -> str:
+        return f"in sandbox {self.sandbox.container_id[:12]}"
 
     async def run(self) -> None:
         """Read the server's stdout until it ends. Run it in a task group the caller owns."""
@@ -144,9 +185,7 @@ class Upstream:
                     dropping = True
         finally:
             self.closed.set()
-            error = self.exited()
-            for slot in list(self._pending.values()):
-                slot.resolve(error=error)
+            self.fail_pending(self.exited())
 
     async def _dispatch(self, line: bytes) -> None:
         if not line.strip():
@@ -162,7 +201,4 @@ class Upstream:
         if message.get("jsonrpc") != "2.0":
             self.garbage_lines += 1
             return
-        if "method" not in message and (slot := self._pending.pop(message.get("id"), None)):
-            slot.resolve(message)
-        elif self.on_message is not None:
-            await self.on_message(message)
+        await self.deliver(message)

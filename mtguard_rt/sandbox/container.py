@@ -52,6 +52,15 @@ class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cpus: float = 1.0
     env: dict[str, str] = msgspec.field(default_factory=dict)
     stderr_tail_bytes: int = 65536
+    # Workspace rollback (README, "Rollback"): a denied call's file changes in `workspace`
+    # are undone. How a call's changes are found: "tree" (its file events and every directory,
+    # stat-verified) or "scan" (a stat scan of the whole workspace: also writes through old
+    # fds, mmap, ...).
+    rollback: Literal["off", "tree", "scan"] = "off"
+    rollback_dir: str | None = None  # where the shadow copy lives (default: the temp dir)
+    rollback_max_files: int = 200_000  # workspace entries indexed (memory: ~300 B each)
+    rollback_max_mb: int = 2048  # bytes of regular files the shadow copy may hold
+    rollback_timeout_s: float = 60.0  # bound on one snapshot, scan, commit or restore
 
 
 def runtime_paths() -> list[str]:

@@ -41,6 +41,37 @@ def outcome(record: AuditRecord) -> str:
     return f"denied after execution by {rules}: the server ran the call and its result was withheld"
 
 
+ROLLBACK_ACTIONS = {
+    "committed": "committed, the call's changes are the new baseline",
+    "restored": "restored, the workspace is back as it was before the call",
+    "kept": "kept (observe mode), nothing rolled back; a rollback would have undone",
+    "failed": "FAILED",
+}
+ROLLBACK_PATHS_SHOWN = 10
+
+
+def rollback_lines(record: AuditRecord) -> list[str]:
+    """What the workspace rollback did with the call's file changes (none when it is off)."""
+    rb = record.rollback
+    if rb is None:
+        return []
+    counts = f"{rb.created} created, {rb.modified} modified, {rb.deleted} deleted"
+    lines = [f"workspace rollback ({rb.mode}): {ROLLBACK_ACTIONS[rb.action]}: {counts}, "
+             f"{rb.ms:.1f} ms"]  # fmt: skip
+    if rb.paths:
+        more = len(rb.paths) - ROLLBACK_PATHS_SHOWN + rb.unlisted
+        shown = ", ".join(_clean(p) for p in rb.paths[:ROLLBACK_PATHS_SHOWN])
+        lines.append(f"  paths: {shown}" + (f" (+{more} more)" if more > 0 else ""))
+    if rb.error:
+        lines.append(f"  error: {_clean(rb.error)}")
+    lines += [f"  not restored: {_clean(f)}" for f in rb.failed]
+    if rb.fallback:
+        lines.append(f"  scanned the whole workspace: {_clean(rb.fallback)}")
+    if rb.synced:
+        lines.append(f"  {rb.synced} entries changed between calls, taken as the baseline")
+    return lines
+
+
 def _hit_paths(nodes: list[ViewNode], rule: str, trail: tuple[str, ...] = ()) -> list[str]:
     out = []
     for node in nodes:
@@ -95,9 +126,10 @@ def explain_record(record: AuditRecord) -> str:
         state = "complete" if tree.complete else "INCOMPLETE (" + "; ".join(
             tree.incomplete_reasons or ["no reason given"]) + ")"
         lines.append(f"tree: {state}, {len(tree.processes)} process(es)")
+    lines += rollback_lines(record)
     stages = ", ".join(f"{name} {ms:.1f}" for name, ms in stage_timings(record))
     lines.append(f"timings (ms): {stages}, total {record.timings_ms.total:.1f}")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["explain_record", "outcome"]
+__all__ = ["explain_record", "outcome", "rollback_lines"]

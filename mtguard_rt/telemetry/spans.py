@@ -189,6 +189,13 @@ class SpanBuilder:
         }
         if record.decision == "deny":
             attrs["error.type"] = "mtguard.denied"
+        if record.rollback is not None:  # workspace rollback: counts, not paths (content)
+            rb = record.rollback
+            attrs["mtguard.rollback.action"] = rb.action
+            attrs["mtguard.rollback.changed"] = rb.created + rb.modified + rb.deleted
+            attrs["mtguard.rollback.ms"] = rb.ms
+            if rb.error:
+                attrs["mtguard.rollback.error"] = rb.error
         if self._include_content:  # the GenAI conventions make content opt-in
             attrs["mtguard.task"] = record.task
             attrs["gen_ai.tool.call.arguments"] = json.dumps(record.arguments, default=str)
@@ -238,6 +245,8 @@ class SpanBuilder:
             start = min(max(node.start_ns + off, lo), hi)
             end = hi if node.end_ns is None else min(max(node.end_ns + off, start), hi)
             span = self._start(_process_name(node), parent, start, _process_attrs(node, off))
+            if node.killed_by:
+                span.set_status(Status(StatusCode.ERROR, f"killed: {node.killed_by}"))
             for ex in node.execs:
                 span.add_event("process.exec", _clean({
                     "process.executable.path": ex.path,
@@ -254,6 +263,8 @@ class SpanBuilder:
                 span.add_event(f"network.{n.op}", {
                     "network.peer.address": n.address, "network.peer.port": n.port,
                     "network.type": n.family, "mtguard.result": n.result,
+                    "network.transport": n.transport, "mtguard.network.sent": n.sent,
+                    "mtguard.network.egress": n.egress,
                 }, timestamp=n.ts_ns + off)
             for d in node.dns:
                 _dns_event(span, d, off)
@@ -286,6 +297,7 @@ def _process_attrs(node: ProcessNode, off: int) -> Attrs:
         "mtguard.process.key": node.key,
         "mtguard.process.learned": node.learned,
         "mtguard.process.still_running": node.still_running,
+        "mtguard.process.killed_by": node.killed_by,
         "mtguard.process.argv_truncated": node.argv_truncated,
         "mtguard.process.start_unix_ns": node.start_ns + off if node.start_ns else None,
     }

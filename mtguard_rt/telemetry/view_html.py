@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ..model import AuditRecord
+from .explain import rollback_lines
 from .viewtree import ViewNode, build_view, stage_timings
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -51,6 +52,8 @@ font-variant-numeric:tabular-nums}
 .rule{display:inline-block;margin-left:6px;padding:0 5px;border-radius:3px;background:var(--deny);
 color:#fff;font-size:11px}.failed{color:var(--warn)}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
+.killed{margin-left:6px;padding:0 5px;border-radius:3px;background:var(--deny);color:#fff;
+font-size:11px;font-weight:700}
 .violation{margin:4px 0}.violation b{color:var(--deny)}.violation.observe b{color:var(--warn)}
 """
 
@@ -164,6 +167,9 @@ def _section(i: int, r: AuditRecord) -> str:
             for v in r.violations
         )
         parts.append(f'<ul class="violations">{items}</ul>')
+    rollback = rollback_lines(r)  # already stripped of control characters; escaped here
+    if rollback:
+        parts.append('<pre class="rollback">' + _e("\n".join(rollback)) + "</pre>")
     stages = " · ".join(f"{name} {ms:.2f} ms" for name, ms in stage_timings(r))
     parts.append(f'<p class="timings">timings: {stages} · total {r.timings_ms.total:.2f} ms</p>')
     if r.tree is None:
@@ -197,12 +203,13 @@ def _node(node: ViewNode) -> str:
     data = f' data-rules="{_e(" ".join(node.hits))}"' if node.hits else ""
     detail = f' <span class="dim">[{_e(node.detail)}]</span>' if node.detail else ""
     failed = ' <span class="failed">(failed)</span>' if node.failed else ""
+    killed = f' <span class="killed">✗ killed: {_e(node.killed)}</span>' if node.killed else ""
     when = f"+{node.at_ms:.2f} ms" if node.at_ms is not None else "before"
     line = (
         f'<span class="t">{when}</span><span class="k">{_e(node.kind)}</span>'
-        f'<span class="label">{_e(node.label)}</span>{detail}{failed}{rules}'
+        f'<span class="label">{_e(node.label)}</span>{detail}{failed}{killed}{rules}'
     )
-    cls = f'class="node {_e(node.kind)}{hit}"{title}{data}'
+    cls = f'class="node {_e(node.kind)}{hit}{" killed" if node.killed else ""}"{title}{data}'
     if not node.children:
         return f'<li {cls}><span class="leaf">{line}</span></li>'
     kids = "".join(_node(c) for c in node.children)

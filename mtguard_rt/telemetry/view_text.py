@@ -2,7 +2,8 @@
 
 Header (decision, tool, server, call id, phase, mode, total time), the violations with their
 evidence, per-stage timings, tree completeness, then the processes with their files, network
-and DNS. Nodes named by evidence are marked `◀ rule`. ANSI colour only when asked (the CLI
+and DNS. Nodes named by evidence are marked `◀ rule`; a process mtguard SIGKILLed says
+`✗ killed: <why>`. ANSI colour only when asked (the CLI
 asks on a TTY or with --color); untrusted text is stripped of control characters.
 """
 
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterable
 
 from ..model import AuditRecord
+from .explain import rollback_lines
 from .viewtree import ViewNode, build_view, stage_timings
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -59,6 +61,8 @@ def _record(r: AuditRecord, paint: _Paint) -> str:
         lines.append(f"  {rule} ({v.mode}, {v.phase}): {paint('', v.reason)}")
         for e in v.evidence:
             lines.append(f"      evidence: {paint('hit', e)}")
+    lines += [f"  {paint('warn' if r.rollback and r.rollback.error else 'dim', x)}"
+              for x in rollback_lines(r)]  # fmt: skip
     stages = " · ".join(f"{name} {ms:.1f}" for name, ms in stage_timings(r))
     lines.append(f"  timings: {stages} · total {r.timings_ms.total:.1f} ms")
     tree = r.tree
@@ -84,8 +88,9 @@ def _node(node: ViewNode, prefix: str, last: bool, paint: _Paint, out: list[str]
     detail = f"  {paint('dim', '[' + node.detail + ']')}" if node.detail else ""
     failed = paint("warn", " (failed)") if node.failed else ""
     hit = f"  {paint('hit', '◀ ' + ', '.join(node.hits))}" if node.hits else ""
+    killed = f"  {paint('deny', '✗ killed: ' + node.killed)}" if node.killed else ""
     when = paint("dim", f"+{node.at_ms:.1f}ms ") if node.at_ms is not None else ""
-    out.append(f"{prefix}{branch}{when}{label}{detail}{failed}{hit}")
+    out.append(f"{prefix}{branch}{when}{label}{detail}{failed}{killed}{hit}")
     child_prefix = prefix + ("    " if last else "│   ")
     for i, child in enumerate(node.children):
         _node(child, child_prefix, i == len(node.children) - 1, paint, out)

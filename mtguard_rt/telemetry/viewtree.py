@@ -28,6 +28,7 @@ class ViewNode:
     detail: str = ""
     hits: list[str] = field(default_factory=list)  # rule ids whose evidence names this node
     failed: bool = False  # the syscall failed (result < 0)
+    killed: str | None = None  # process: why mtguard SIGKILLed it (ProcessNode.killed_by)
     at_ms: float | None = None  # when, relative to the call's window; None: before it
     children: list[ViewNode] = field(default_factory=list)
 
@@ -81,10 +82,13 @@ def build_view(record: AuditRecord) -> list[ViewNode]:
             status.append("seeded")
         if node.still_running:
             status.append("running")
+        elif node.killed_by is not None:
+            status.append("killed")
         elif node.exit_code is not None:
             status.append(f"exit {node.exit_code}")
         label = node.command_line or f"process {node.pid}"
         out = ViewNode("process", label, ", ".join(status), index.process(node))
+        out.killed = node.killed_by
         timed: list[tuple[int, ViewNode]] = []
         timed += [(e.ts_ns, ViewNode("exec", f"exec {e.path}", " ".join(e.argv),
                                      index.mentions(e.path), e.result < 0)) for e in node.execs]
@@ -124,7 +128,8 @@ def file_node(f: FileEvent, index: EvidenceIndex) -> ViewNode:
 def net_node(n: NetEvent, index: EvidenceIndex) -> ViewNode:
     where = f"[{n.address}]:{n.port}" if n.family == "ipv6" else f"{n.address}:{n.port}"
     hits = index.mentions(where, f"{n.address}:{n.port}")
-    return ViewNode("net", f"{n.op} {where}", n.family, hits, n.result < 0)
+    detail = n.family if n.egress or n.op == "accept" else f"{n.family}, not egress"
+    return ViewNode("net", n.summary, detail, hits, n.result < 0)
 
 
 def dns_node(d: DnsEvent, index: EvidenceIndex) -> ViewNode:

@@ -161,7 +161,11 @@ async def test_rules_needing_a_task_are_skipped_and_listed() -> None:
     engine = PolicyEngine(load_policy())
     v = await engine.pre_audit(ctx_for("fetch", {"url": "https://evil.example/x"}, task=None))
     assert v.decision == "allow"
-    assert v.skipped == ["off-task-url: no task", "task-entity-mismatch: no task"]
+    assert v.skipped == [
+        "off-task-url: no task",
+        "task-entity-mismatch: no task",
+        "induced-call: no task",
+    ]
 
 
 @pytest.mark.anyio

@@ -113,3 +113,27 @@ def test_online_config_and_policy_lists(tmp_path: Path) -> None:
     assert "/etc/shadow" in lists.protected_paths
     assert "/usr/bin/sudo" in lists.forbidden_executables
     assert all(p.startswith("/") for p in [*lists.protected_paths, *lists.forbidden_executables])
+
+
+def test_udp_connect_fires_only_once_a_datagram_is_sent() -> None:
+    r = rules(path="a")
+    probe = NetEvent(ts_ns=1, op="connect", family="ipv6", address="2001:4860:4860::8888",
+                     port=443, transport="udp")
+    assert r.check(CHILD, probe) is None  # a connect() on a UDP socket sends nothing
+    probe.sent = 1  # the monitor counts the first datagram on the same event
+    v = r.check(CHILD, probe)
+    assert v is not None and v.rule == "unexpected-network"
+    assert v.evidence == [
+        "pid 200 /usr/bin/cat sent 1 udp datagram to 2001:4860:4860::8888:443 (connected)"
+    ]
+    tcp = NetEvent(ts_ns=2, op="connect", family="ipv4", address="203.0.113.7", port=443,
+                   transport="tcp")
+    v = rules(path="a").check(CHILD, tcp)
+    assert v is not None and v.evidence == [
+        "pid 200 /usr/bin/cat connected to 203.0.113.7:443 (tcp)"
+    ]
+    sent = NetEvent(ts_ns=3, op="send", family="ipv4", address="203.0.113.7", port=9,
+                    transport="udp", sent=1)
+    assert rules(path="a").check(CHILD, sent) is not None  # sendto an explicit address
+    accept = NetEvent(ts_ns=4, op="accept", family="ipv4", address="203.0.113.7", port=9)
+    assert rules(path="a").check(CHILD, accept) is None

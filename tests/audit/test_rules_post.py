@@ -309,3 +309,49 @@ def test_result_injection_quiet_on_ordinary_results() -> None:
     ordinary = _text("The previous release notes list new instructions for installing on Windows.")
     assert run(result_injection, ctx, tree, ordinary) == []
     assert run(result_injection, ctx, tree, RESULT) == []
+
+
+def _probe(address: str, port: int, **kw: Any) -> NetEvent:
+    if ":" in address:
+        return NetEvent(ts_ns=7, op="connect", family="ipv6", address=address, port=port, **kw)
+    return NetEvent(ts_ns=7, op="connect", family="ipv4", address=address, port=port, **kw)
+
+
+def test_unexpected_network_skips_a_udp_connect_that_sent_nothing() -> None:
+    # a browser's IPv6 reachability probe: connect() on a UDP socket, not one datagram sent
+    ctx = ctx_for("fetch", {"url": "https://docs.python.org/3/"})
+    tree = server_tree(ctx.call)
+    srv = tree.processes[0]
+    srv.net.append(_probe("2001:4860:4860::8888", 443, transport="udp"))
+    srv.net.append(_probe("198.51.100.9", 443, transport="icmp"))
+    assert run(unexpected_network, ctx, tree, RESULT) == []
+    assert not srv.net[0].egress and srv.net[0].summary == (
+        "connect udp [2001:4860:4860::8888]:443, no datagram sent"
+    )
+
+
+def test_unexpected_network_fires_on_datagrams_sent_and_tcp_connects() -> None:
+    ctx = ctx_for("fetch", {"url": "https://docs.python.org/3/"})
+    tree = server_tree(ctx.call)
+    srv = tree.processes[0]
+    srv.net.append(_probe("2001:4860:4860::8888", 443, transport="udp", sent=4))
+    srv.net.append(_probe("203.0.113.7", 443, transport="tcp"))
+    srv.net.append(_probe("203.0.113.8", 443))  # transport unknown (older trees): egress
+    srv.net.append(NetEvent(ts_ns=8, op="send", family="ipv4", address="203.0.113.9", port=9999,
+                            transport="udp", sent=1))
+    [v] = run(unexpected_network, ctx, tree, RESULT)
+    assert v.evidence == [
+        "pid 100 /usr/bin/python3.11 sent 4 udp datagrams to 2001:4860:4860::8888:443 (connected)",
+        "pid 100 /usr/bin/python3.11 connected to 203.0.113.7:443 (tcp)",
+        "pid 100 /usr/bin/python3.11 connected to 203.0.113.8:443",
+        "pid 100 /usr/bin/python3.11 sent 1 udp datagram to 203.0.113.9:9999",
+    ]
+
+
+def test_net_event_without_transport_decodes_from_old_json() -> None:
+    import msgspec
+
+    old = b'{"ts_ns":1,"op":"connect","family":"ipv4","address":"203.0.113.7","port":443}'
+    ev = msgspec.json.decode(old, type=NetEvent)
+    assert (ev.transport, ev.sent, ev.egress) == ("unknown", 0, True)
+    assert msgspec.json.encode(ev) == old  # defaults are omitted again

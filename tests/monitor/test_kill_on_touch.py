@@ -17,7 +17,7 @@ from monitor_harness import CALL, gated_cgroup
 
 from mtguard_rt.model import BehaviorTree
 from mtguard_rt.monitor import MonitorConfig, open_monitor
-from mtguard_rt.monitor.kinds import ACT_KILL_EXEC, ACT_KILL_OPEN
+from mtguard_rt.monitor.kinds import ACT_KILL_EXEC, ACT_KILL_MODIFY, ACT_KILL_OPEN
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
 SECRET = "TOP-SECRET-CONTENT"
@@ -77,3 +77,65 @@ async def test_documented_gaps_relative_names_and_truncation(tmp_path: Path) -> 
     assert len(kills) == 1 and f"open of {victim}" in kills[0]
     opened = [f for p in tree.processes for f in p.files if f.path == str(secret)]
     assert opened and opened[0].result >= 0  # the tree still shows the (resolved) read
+
+
+async def test_unlink_of_a_protected_path_is_killed_but_has_happened(tmp_path: Path) -> None:
+    """Measured on 6.18: SIGKILL at unlink's syscall entry is delivered on the way back to
+    user space, after the unlink ran: the name is gone, the process never learns it."""
+    victim, spare = tmp_path / "victim", tmp_path / "spare"
+    for f in (victim, spare):
+        f.write_text(SECRET + "\n")
+    script = f"rm -f {victim}; echo rc=$?; rm -f {spare}; echo rc=$?"
+    out, tree, kills = await run_protected(
+        ["sh", "-c", script], {str(victim): ACT_KILL_MODIFY}, 2
+    )
+    assert out == [b"rc=137", b"rc=0"]  # the unprotected unlink is not touched
+    (rm,) = [p for p in tree.processes if p.killed_by]
+    assert rm.killed_by == f"kill-on-touch: unlink of {victim}"
+    assert kills == [f"pid {rm.pid} /usr/bin/rm SIGKILLed in the kernel at the unlink of {victim}"]
+    (ev,) = [f for f in rm.files if f.op == "unlink"]
+    assert (ev.path, ev.result) == (str(victim), 0)  # the kernel finished the unlink
+    assert not victim.exists() and not spare.exists()
+
+
+@pytest.mark.parametrize("tool", ["mv", "python"])
+async def test_rename_from_or_onto_a_protected_path_is_killed(tmp_path: Path, tool: str) -> None:
+    """Both names count; `mv` calls renameat2, Python's os.rename calls rename. Measured
+    on 6.18: the rename has already happened when the process dies."""
+    secret, decoy, dest = tmp_path / "secret", tmp_path / "decoy", tmp_path / "dest"
+    secret.write_text(SECRET + "\n")
+    decoy.write_text("decoy\n")
+
+    def rename(src: Path, dst: Path) -> str:
+        if tool == "mv":
+            return f"mv -f {src} {dst}"
+        return f"python3 -c 'import os; os.rename(\"{src}\", \"{dst}\")'"
+
+    script = "; echo rc=$?; ".join(
+        [rename(secret, dest), rename(decoy, secret), rename(dest, tmp_path / "free")]
+    ) + "; echo rc=$?"
+    protect = {str(secret): ACT_KILL_MODIFY}
+    out, tree, kills = await run_protected(["sh", "-c", script], protect, 3)
+    assert out == [b"rc=137", b"rc=137", b"rc=0"]
+    reasons = sorted(p.killed_by for p in tree.processes if p.killed_by)
+    assert reasons == [f"kill-on-touch: rename of {secret}", f"kill-on-touch: rename onto {secret}"]
+    assert len(kills) == 2
+    # both renames completed before the kills landed: secret -> dest, then decoy -> secret;
+    # the third (unprotected) rename then moved dest on
+    assert secret.read_text() == "decoy\n"
+    assert not decoy.exists() and not dest.exists()
+    assert (tmp_path / "free").read_text() == SECRET + "\n"
+    renames = [f for p in tree.processes for f in p.files if f.op == "rename"]
+    assert [(f.path, f.target, f.result) for f in renames[:2]] == [
+        (str(secret), str(dest), 0), (str(decoy), str(secret), 0)
+    ]
+
+
+async def test_open_protection_alone_does_not_kill_unlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("x\n")
+    out, tree, kills = await run_protected(
+        ["sh", "-c", f"rm -f {victim}; echo rc=$?"], {str(victim): ACT_KILL_OPEN}, 1
+    )
+    assert out == [b"rc=0"] and kills == []
+    assert not any(p.killed_by for p in tree.processes)

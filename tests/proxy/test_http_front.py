@@ -24,6 +24,7 @@ from mtguard_rt.proxy.http import HttpFront, Router, parse_listen, serve_http
 pytestmark = pytest.mark.anyio
 
 JSON_AND_SSE = {"accept": "application/json, text/event-stream"}
+MODERN = {"mcp-protocol-version": "2026-07-28"}  # sessionless: no Mcp-Session-Id needed
 
 
 class ScriptedRelay:
@@ -34,6 +35,7 @@ class ScriptedRelay:
         self.seen: list[dict[str, Any]] = []
         self.listening = anyio.Event()
         self.listen_id: Any = None
+        self.slow_seen = anyio.Event()
 
     async def emit(self, message: dict[str, Any]) -> None:
         parsed = types.jsonrpc_message_adapter.validate_python(message)
@@ -44,6 +46,11 @@ class ScriptedRelay:
         if message.get("method") == "subscriptions/listen":
             self.listen_id = message["id"]
             self.listening.set()
+        elif message.get("method") == "slow/op":
+            self.slow_seen.set()  # never answered: the client waits until its session ends
+        elif message.get("method") == "initialize" and message["params"].get("refuse"):
+            await self.emit({"jsonrpc": "2.0", "id": message["id"],
+                             "error": {"code": -32602, "message": "refused"}})
         elif "method" in message and message.get("id") is not None:
             await self.emit({"jsonrpc": "2.0", "id": message["id"],
                              "result": {"method": message["method"]}})
@@ -75,12 +82,14 @@ def rpc(method: str, request_id: Any = 1, **params: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
-async def post(url: str, body: Any, **headers: str) -> httpx.Response:
+async def post(url: str, body: Any, *, modern: bool = True, **headers: str) -> httpx.Response:
+    """POST one message; `modern` marks it 2026-07-28 (no session needed) by its header."""
     with anyio.fail_after(10):
         async with httpx.AsyncClient() as client:
             content = body if isinstance(body, bytes) else json.dumps(body).encode()
             return await client.post(url, content=content, headers={
-                "content-type": "application/json", **JSON_AND_SSE, **headers})
+                "content-type": "application/json", **JSON_AND_SSE,
+                **(MODERN if modern else {}), **headers})
 
 
 async def test_requests_are_relayed_and_answered_with_their_own_ids() -> None:
@@ -193,20 +202,21 @@ async def test_malformed_requests_get_an_http_error(
 async def test_other_methods_are_refused() -> None:
     async with front() as (url, _), httpx.AsyncClient() as client:
         with anyio.fail_after(10):
-            deleted = await client.delete(url)
+            put = await client.put(url, content=b"{}")
             plain_get = await client.get(url, headers={"accept": "application/json"})
-    assert deleted.status_code == 405 and "POST" in deleted.headers["allow"]
+    assert put.status_code == 405 and "DELETE" in put.headers["allow"]
     assert plain_get.status_code == 406
 
 
-async def _open_sse(url: str, method: str, body: dict[str, Any] | None = None
+async def _open_sse(url: str, method: str, body: dict[str, Any] | None = None,
+                    extra: str = "",
                     ) -> tuple[anyio.abc.SocketStream, BufferedByteReceiveStream, str]:
     """A raw SSE request: the status line and headers read, events left to `_event`."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     stream = await anyio.connect_tcp("127.0.0.1", port)
     data = json.dumps(body).encode() if body else b""
     await stream.send(
-        f"{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}"
         "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     reader = BufferedByteReceiveStream(stream)
@@ -224,9 +234,12 @@ async def test_list_changed_reaches_listen_and_get_streams() -> None:
     changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
     async with front() as (url, relay):
         with anyio.fail_after(15):
+            session = (await post(url, rpc("initialize", 0), modern=False)
+                       ).headers["mcp-session-id"]
             listen, listen_events, listen_head = await _open_sse(
-                url, "POST", rpc("subscriptions/listen", 5))
-            get, get_events, get_head = await _open_sse(url, "GET")
+                url, "POST", rpc("subscriptions/listen", 5), "MCP-Protocol-Version: 2026-07-28\r\n")
+            get, get_events, get_head = await _open_sse(
+                url, "GET", extra=f"Mcp-Session-Id: {session}\r\n")
             async with listen, get:
                 assert "content-type: text/event-stream" in listen_head.lower()
                 assert "content-type: text/event-stream" in get_head.lower()
@@ -259,3 +272,99 @@ def test_parse_listen() -> None:
 async def test_non_loopback_without_a_token_refuses_to_start() -> None:
     with pytest.raises(GuardError, match="not loopback: set a bearer token"):
         await serve_http(GuardConfig(), ["true"], host="0.0.0.0", port=0)
+
+
+# -- sessions (2025 era) and routing headers ----------------------------------------------
+async def test_initialize_issues_a_session_that_later_requests_must_carry() -> None:
+    async with front() as (url, relay):
+        opened = await post(url, rpc("initialize", 1), modern=False)
+        session = opened.headers["mcp-session-id"]
+        other = (await post(url, rpc("initialize", 1), modern=False)).headers["mcp-session-id"]
+        missing = await post(url, rpc("tools/list", 2), modern=False)
+        unknown = await post(url, rpc("tools/list", 3), modern=False,
+                             **{"mcp-session-id": "f" * 32})
+        good = await post(url, rpc("tools/list", 4), modern=False,
+                          **{"mcp-session-id": session})
+        note = await post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                          modern=False, **{"mcp-session-id": session})
+        again = await post(url, rpc("initialize", 5), modern=False,
+                           **{"mcp-session-id": session})
+        refused = await post(url, rpc("initialize", 6, refuse=True), modern=False)
+    assert opened.status_code == 200 and len(session) == 32 and other != session
+    assert missing.status_code == 400 and "Mcp-Session-Id header is required" in (
+        missing.json()["error"]["message"])
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == -32001
+    assert good.status_code == 200 and good.json()["result"] == {"method": "tools/list"}
+    assert note.status_code == 202
+    assert again.status_code == 400 and "without Mcp-Session-Id" in again.text
+    assert refused.status_code == 200 and "mcp-session-id" not in refused.headers
+    relayed = [m.get("method") for m in relay.seen]
+    assert relayed == ["initialize", "initialize", "tools/list", "notifications/initialized",
+                       "initialize"]  # nothing without a valid session was relayed
+
+
+async def test_delete_ends_the_session_and_releases_its_streams_and_calls() -> None:
+    async with front() as (url, relay), httpx.AsyncClient() as client:
+        with anyio.fail_after(15):
+            session = (await post(url, rpc("initialize", 1), modern=False)
+                       ).headers["mcp-session-id"]
+            get, events, head = await _open_sse(
+                url, "GET", extra=f"Mcp-Session-Id: {session}\r\n")
+            pending: dict[str, httpx.Response] = {}
+
+            async def slow() -> None:
+                pending["slow"] = await post(url, rpc("slow/op", 9), modern=False,
+                                             **{"mcp-session-id": session})
+
+            async with get, anyio.create_task_group() as tg:
+                tg.start_soon(slow)
+                await relay.slow_seen.wait()
+                deleted = await client.delete(url, headers={"mcp-session-id": session})
+                with pytest.raises(anyio.EndOfStream):  # its GET stream is closed
+                    await events.receive()
+            after = await post(url, rpc("tools/list", 2), modern=False,
+                               **{"mcp-session-id": session})
+            twice = await client.delete(url, headers={"mcp-session-id": session})
+            bare = await client.delete(url)
+    assert "200 OK" in head and deleted.status_code == 204
+    assert pending["slow"].json()["error"]["code"] == -32800  # answered at once, not timed out
+    slow_id = next(m["id"] for m in relay.seen if m.get("method") == "slow/op")
+    assert {"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": slow_id, "reason": "the HTTP session was ended"}
+            } in relay.seen
+    assert after.status_code == 404 and twice.status_code == 404
+    assert bare.status_code == 400
+
+
+async def test_get_needs_a_session() -> None:
+    async with front() as (url, _), httpx.AsyncClient() as client:
+        with anyio.fail_after(10):
+            response = await client.get(url, headers={"accept": "text/event-stream"})
+    assert response.status_code == 400 and "Mcp-Session-Id" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "what"),
+    [
+        ([("mcp-method", "tools/call")], "needs an Mcp-Name header"),
+        ([("mcp-method", "tools/call"), ("mcp-name", "=?base64?bm9wZQ==?=")], "Mcp-Name"),
+        ([("mcp-method", "tools/call"), ("mcp-method", "tools/call"),
+          ("mcp-name", "delete_files")], "appears more than once"),
+        ([("mcp-method", "prompts/get"), ("mcp-name", "delete_files")], "Mcp-Method"),
+    ],
+)
+async def test_draft_routing_headers_need_a_name_and_no_duplicates(
+    headers: list[tuple[str, str]], what: str
+) -> None:
+    body = rpc("tools/call", name="delete_files", arguments={})
+    async with front() as (url, relay), httpx.AsyncClient() as client:
+        with anyio.fail_after(10):
+            bad = await client.post(url, content=json.dumps(body).encode(), headers=[
+                ("content-type", "application/json"), *JSON_AND_SSE.items(), *MODERN.items(),
+                *headers])
+            encoded = await post(url, body, **{"mcp-method": "tools/call",
+                                               "mcp-name": "=?base64?ZGVsZXRlX2ZpbGVz?="})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["code"] == HEADER_MISMATCH and what in bad.json()["error"]["message"]
+    assert encoded.status_code == 200  # a base64-wrapped name that decodes to the body's
+    assert len(relay.seen) == 1

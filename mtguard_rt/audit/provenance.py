@@ -1,0 +1,202 @@
+"""Untrusted text the servers control, kept so the rules can ask where a call came from.
+
+Everything a server says reaches the agent through the guard: its `tools/list` (names,
+schemas, descriptions) and every result. A declared call whose tool choice or argument
+values appear in that text, in a sentence that instructs the agent, and not in the user's
+task, was induced by the server (tool poisoning, redirection, dependency injection, return
+injection). `UntrustedLog` (one per supervisor) keeps the descriptions of the last listing
+and the instruction-bearing sentences of a bounded window of recent results, each split
+into `Sentence`s once, when it arrives; `snapshot()` hands the rules an immutable view, so a
+call's pre-audit only matches short sentences (never re-reads a result).
+
+Descriptions and results never reach the LLM judge through this: only the code rules see it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+from .text import iter_strings
+
+SourceKind = Literal["description", "result"]
+RECENT_RESULTS = 8  # results per server whose instruction sentences are kept
+MAX_RESULT_CHARS = 256 * 1024  # scanned per result (head and tail beyond this)
+MAX_SENTENCE_CHARS = 600  # a sentence is clipped to this around its tool mention
+MAX_SENTENCES_PER_RESULT = 40
+# "e.g. 'AAPL'", "such as 1d": a description's examples are not instructions
+_EXAMPLE = re.compile(r"\b(?:e\.\s?g\.|i\.\s?e\.|for example|for instance|such as)[^.;)\n]*", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^a-z\s])|(?<=[.!?][\"'])\s+|\n+")
+_TOKEN = re.compile(r"[a-z0-9]+")
+_SPLIT = re.compile(r"[a-z]+|[0-9]+")
+
+
+def tokens(text: str) -> frozenset[str]:
+    """Lower-case alphanumeric runs, and the letter and digit runs of mixed ones (`30000ms`
+    -> 30000ms, 30000, ms): the unit the provenance rules compare texts in."""
+    out: set[str] = set()
+    for run in _TOKEN.findall(text.lower()):
+        out.add(run)
+        if not (run.isalpha() or run.isdigit()):
+            out.update(_SPLIT.findall(run))
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # identity: hashing is cheap, caches key on it
+class Sentence:
+    """One sentence of untrusted text, with where it came from."""
+
+    kind: SourceKind
+    server: str
+    tool: str  # the tool described, or the tool whose result held it
+    text: str
+    lower: str
+    tokens: frozenset[str]
+
+    def where(self) -> str:
+        of = "description of" if self.kind == "description" else "result of"
+        return f"{of} {self.tool!r} on {self.server!r}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ToolInfo:
+    server: str
+    name: str
+    properties: frozenset[str]  # input schema property names, lower-cased
+    description: str
+    sentences: tuple[Sentence, ...]
+    mentions: str  # the lower-cased description, to find other tools' names in
+
+
+@dataclass(frozen=True, slots=True)
+class UntrustedText:
+    """What the servers said, as the rules see it for one call (immutable)."""
+
+    tools: tuple[ToolInfo, ...] = ()
+    results: tuple[tuple[str, str, tuple[Sentence, ...]], ...] = ()  # (server, tool, ...)
+
+    def tool(self, server: str, name: str) -> ToolInfo | None:
+        return next((t for t in self.tools if t.server == server and t.name == name), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.tools or self.results)
+
+
+def split_sentences(text: str, kind: SourceKind, server: str, tool: str) -> tuple[Sentence, ...]:
+    text = _EXAMPLE.sub(" ", text)
+    out = []
+    for part in _SENTENCE_END.split(text):
+        part = part.strip()
+        if len(part) > 2:
+            part = part[:MAX_SENTENCE_CHARS]
+            low = part.lower()
+            out.append(Sentence(kind, server, tool, part, low, tokens(low)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=512)
+def _tool_info(server: str, name: str, props: frozenset[str], description: str) -> ToolInfo:
+    return ToolInfo(
+        server=server,
+        name=name,
+        properties=props,
+        description=description,
+        sentences=split_sentences(description, "description", server, name),
+        mentions=description.lower(),
+    )
+
+
+def _properties(tool: dict[str, Any]) -> frozenset[str]:
+    props = (tool.get("inputSchema") or {}).get("properties")
+    return frozenset(str(k).lower() for k in props) if isinstance(props, dict) else frozenset()
+
+
+def _named_at(lower: str, name: str) -> list[int]:
+    """Where `name` (lower-cased) occurs in `lower` as a whole identifier."""
+    out: list[int] = []
+    at = lower.find(name)
+    while at >= 0 and len(out) < MAX_SENTENCES_PER_RESULT:
+        end = at + len(name)
+        before = lower[at - 1] if at else " "
+        after = lower[end] if end < len(lower) else " "
+        if not (before.isalnum() or before == "_" or after.isalnum() or after == "_"):
+            out.append(at)
+        at = lower.find(name, end)
+    return out
+
+
+def result_sentences(
+    result: Any, server: str, tool: str, tool_names: Iterable[str]
+) -> tuple[Sentence, ...]:
+    """The sentences of a result that name a known tool: the only part of a result the
+    provenance rules use (a result that names no tool cannot direct the next tool call)."""
+    names = sorted({n.lower() for n in tool_names if n}, key=len, reverse=True)
+    out: list[Sentence] = []
+    seen: set[str] = set()
+    for _, raw in iter_strings(result):
+        text = raw
+        if len(text) > MAX_RESULT_CHARS:
+            half = MAX_RESULT_CHARS // 2
+            text = f"{text[:half]}\n{text[-half:]}"
+        lower = text.lower()
+        for name in names:
+            for at in _named_at(lower, name):
+                window = text[max(0, at - MAX_SENTENCE_CHARS) : at + len(name) + MAX_SENTENCE_CHARS]
+                for sentence in split_sentences(window, "result", server, tool):
+                    if name in sentence.lower and sentence.text not in seen:
+                        seen.add(sentence.text)
+                        out.append(sentence)
+                if len(out) >= MAX_SENTENCES_PER_RESULT:
+                    return tuple(out[:MAX_SENTENCES_PER_RESULT])
+    return tuple(out)
+
+
+@dataclass
+class UntrustedLog:
+    """One server's untrusted text: its last listing and its recent results' sentences."""
+
+    server: str
+    tools: tuple[ToolInfo, ...] = ()
+    results: deque[tuple[str, str, tuple[Sentence, ...]]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_RESULTS)
+    )
+
+    def listing(self, tools: list[dict[str, Any]]) -> None:
+        self.tools = tuple(
+            _tool_info(
+                self.server,
+                str(t.get("name", "")),
+                _properties(t),
+                str(t.get("description") or ""),
+            )
+            for t in tools
+        )
+
+    def result(self, tool: str, result: Any, tool_names: Iterable[str]) -> None:
+        sentences = result_sentences(result, self.server, tool, tool_names)
+        if sentences:
+            self.results.append((self.server, tool, sentences))
+
+
+def gather(
+    own: UntrustedLog,
+    servers: Iterable[str],
+    route: Callable[[str], Any] | None,
+) -> UntrustedText:
+    """The untrusted text of `own` plus every other server `route` reaches by name (a
+    supervisor, whose `untrusted` log is read, or a log itself)."""
+    logs = [own]
+    if route is not None:
+        for name in servers:
+            other = route(name) if name != own.server else None
+            log = other if isinstance(other, UntrustedLog) else getattr(other, "untrusted", None)
+            if isinstance(log, UntrustedLog) and log is not own:
+                logs.append(log)
+    return UntrustedText(
+        tools=tuple(t for log in logs for t in log.tools),
+        results=tuple(r for log in logs for r in log.results),
+    )

@@ -1,0 +1,182 @@
+"""Post rules on the kernel-witnessed stdio of the call: did the server get and answer it?
+
+The monitor captures what the sandboxed server really read on its stdin and wrote on its
+stdout (`BehaviorTree.stdio`); a host compromised between the pre-audit and the sandbox can
+change what is sent or returned, but not what the kernel saw.
+- `request-mismatch`: the tools/call the server read for this call is another tool or other
+  arguments than the declared, pre-audited one (canonical JSON), or was read by another
+  server than the one declared.
+- `undeclared-request`: the server read a tools/call no declared call covers (a replay, an
+  injected call) during the call's window, or while no guarded call was running since the
+  previous one (reported on the next call).
+- `result-tampered`: the result the guard is about to return is not the one the server wrote.
+Only whole, parsed messages count: truncated or lost capture is "unverified" in the tree and
+never a deny by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..model import (
+    BehaviorTree,
+    StdioCapture,
+    StdioMessage,
+    Violation,
+    call_digest,
+    canonical_digest,
+)
+from .context import CallContext
+from .policy import Policy
+from .rules_pre import violation
+from .treeview import TreeView
+
+SHOW_CHARS = 120  # per value shown in evidence
+
+
+_json = msgspec.json.Encoder(order="sorted", enc_hook=repr)
+
+
+def _show(value: Any) -> str:
+    text = _json.encode(value).decode(errors="replace")
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 3] + "..."
+
+
+def stamp_stdio(tree: BehaviorTree, server: str, request_id: Any, answered: bool) -> None:
+    """Record on the tree which server's sandbox was watched and the JSON-RPC id the guard
+    sent the call with (the guard's own knowledge, after the window). When the capture holds
+    no such request, say so: the call is unverified, not denied."""
+    cap = tree.stdio
+    if cap is None:
+        return
+    cap.server = server
+    valid = isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
+    cap.request_id = request_id if valid else str(request_id)
+    cap.answered = answered
+    if _sent_request(cap) is None:
+        why = f"the request (id {cap.request_id!r}) was not seen on the server's stdin"
+        cap.unverified.append(why)
+        tree.incomplete_reasons.append(f"stdio unverified: {why}")
+        tree.complete = False
+
+
+def _sent_request(cap: StdioCapture) -> StdioMessage | None:
+    """The tools/call the guard sent for this call: the first one read with its id."""
+    return next(
+        (m for m in cap.requests if m.method == "tools/call" and m.id == cap.request_id), None
+    )
+
+
+def _own_request(cap: StdioCapture, declared: str) -> StdioMessage | None:
+    """The read tools/call that stands for this call: the one with the guard's id, else (an
+    id the server did not echo back as sent, e.g. not a JSON-RPC id) one equal to the
+    declared call (digest `declared`)."""
+    sent = _sent_request(cap)
+    if sent is not None:
+        return sent
+    calls = (m for m in cap.requests if m.method == "tools/call")
+    return next((m for m in calls if m.digest == declared), None)
+
+
+def _capture(view: TreeView) -> StdioCapture | None:
+    cap = view.tree.stdio
+    if cap is None or cap.server is None or cap.lossy:
+        return None  # nothing captured, not stamped by a guard, or records lost
+    return cap
+
+
+def request_mismatch(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    cap = _capture(view)
+    if cap is None:
+        return []
+    declared = ctx.call
+    want = call_digest(declared.tool, declared.arguments)
+    calls = [m for m in cap.requests if m.method == "tools/call"]
+    # the guard's request, else (its id not found) the first call read: none was the declared
+    got = _own_request(cap, want) or (calls[0] if calls else None)
+    ev: list[str] = []
+    if cap.server != declared.server and got is not None:
+        ev.append(
+            f"the call declared for server {declared.server!r} was read by server "
+            f"{cap.server!r} (pid {got.pid}: tools/call {got.tool!r})"
+        )
+    if got is not None and got.digest != want:
+        if got.tool != declared.tool:
+            ev.append(f"the server read tools/call {got.tool!r}; declared {declared.tool!r}")
+        ev.extend(_argument_diff(declared.arguments, got))
+    if not ev:
+        return []
+    why = "the server received another call than the one declared and pre-audited"
+    return [violation("request-mismatch", policy, "post", why, ev)]
+
+
+def _argument_diff(declared: dict[str, Any], got: StdioMessage) -> list[str]:
+    if not isinstance(got.arguments, dict):
+        if call_digest(got.tool or "", declared) == got.digest:
+            return []
+        return [f"arguments differ: received {got.digest}, declared {call_digest('', declared)}"]
+    out: list[str] = []
+    for key in sorted(set(declared) | set(got.arguments), key=str):
+        want, have = declared.get(key, None), got.arguments.get(key, None)
+        if key not in got.arguments:
+            out.append(f"argument {key!r} declared {_show(want)}, not received")
+        elif key not in declared:
+            out.append(f"argument {key!r} received {_show(have)}, not declared")
+        elif canonical_digest(want) != canonical_digest(have):
+            out.append(f"argument {key!r}: declared {_show(want)}, received {_show(have)}")
+    return out
+
+
+def undeclared_request(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    cap = _capture(view)
+    if cap is None:
+        return []
+    own = _own_request(cap, call_digest(ctx.call.tool, ctx.call.arguments))
+    calls = [m for m in cap.requests if m.method == "tools/call"]
+    if own is None and calls:
+        own = calls[0]  # a changed call is request-mismatch's; the ones after it are extra
+    extra = [m for m in calls if m is not own]
+    before = [m for m in cap.between_calls if m.method == "tools/call"]
+    if not extra and not before:
+        return []
+    ev = [
+        f"pid {m.pid} read tools/call {m.tool!r} (id {m.id!r}) "
+        f"{_show(m.arguments) if m.arguments is not None else m.digest}"
+        + (" (identical to the declared call: a replay)" if own and m.digest == own.digest else "")
+        for m in extra
+    ]
+    ev += [
+        f"pid {m.pid} read tools/call {m.tool!r} (id {m.id!r}) while no guarded call was "
+        f"running (before this call) {_show(m.arguments) if m.arguments is not None else ''}"
+        for m in before
+    ]
+    why = "the server read a tools/call that no declared call covers"
+    return [violation("undeclared-request", policy, "post", why, ev)]
+
+
+def result_tampered(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    cap = _capture(view)
+    if cap is None or not cap.answered:
+        return []
+    wrote = next((m for m in cap.responses if m.id == cap.request_id and not m.truncated), None)
+    if wrote is None:
+        return []
+    got = canonical_digest(result or {})
+    if wrote.error:
+        if not result:
+            return []
+        ev = [f"the server answered with an error; the guard was handed a result ({got})"]
+    elif wrote.digest == got:
+        return []
+    else:
+        ev = [f"the server wrote result {wrote.digest} ({wrote.size} bytes); handed on: {got}"]
+    why = "the result handed back is not the one the server wrote"
+    return [violation("result-tampered", policy, "post", why, ev)]

@@ -1,0 +1,270 @@
+"""Pre-execution rules on provenance: did the server, rather than the user, choose this call?
+
+`induced-call`: the declared tool, or an argument value, comes from server-controlled text
+(another tool's description, a recent result, or for argument values the tool's own
+description) in a sentence that instructs the agent, and the user's task does not ask for
+it. Tool choice: a sentence with an obligation cue names the tool ("you must first call
+`X`", "use `X` instead") and the task never names what the tool is for (the last meaningful
+word of its name: `get_yahoo_finance_news` -> news). Arguments: a sentence with an override
+cue ("set `interval` to '1mo' regardless of ...") in text about this tool holds an argument
+word the task never says; or a description's instruction holds a whole multi-word value
+verbatim (a command to run).
+
+`lookalike-tool`: a call to a tool that duplicates another one (compatible parameters, the
+same name meaning once verbs, fillers and praise are dropped: `fetch_historical_stock_prices`,
+`best_get_stock_actions`, `web_page_navigator` next to `playwright_navigate`) and advertises
+itself (a praise word in its name, a superiority claim in its description). Confusable
+spellings are `shadowed-tool`'s job; this is the functional duplicate built to win the
+model's preference.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from ..model import Violation
+from .context import CallContext
+from .names import common_words, meaning, stem, words_of
+from .policy import Policy
+from .provenance import Sentence, ToolInfo, UntrustedText, tokens
+
+MAX_EVIDENCE = 10
+
+
+def _violation(rule: str, policy: Policy, reason: str, evidence: list[str]) -> Violation:
+    return Violation(
+        rule=rule,
+        phase="pre",
+        mode=policy.mode_of(rule),
+        reason=reason,
+        evidence=evidence[:MAX_EVIDENCE],
+    )
+
+
+def _snip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@lru_cache(maxsize=8192)
+def _search(pattern: re.Pattern[str], text: str) -> str | None:
+    """The first match of `pattern` in `text` (cached: the same untrusted sentences and
+    descriptions are asked about on every call)."""
+    m = pattern.search(text)
+    return None if m is None else m.group(0)
+
+
+def _cue(pattern: re.Pattern[str], text: str) -> bool:
+    return _search(pattern, text) is not None
+
+
+@lru_cache(maxsize=1024)
+def _mention(name: str) -> re.Pattern[str]:
+    """A tool name as an identifier in prose. A one-word name (`search`) counts only when it
+    is quoted, called or called a tool: the bare word is ordinary language."""
+    body = re.escape(name)
+    if len(words_of(name)) > 1:
+        return re.compile(rf"(?<![A-Za-z0-9_]){body}(?![A-Za-z0-9_])", re.I)
+    return re.compile(rf"[`'\"]{body}[`'\"]|(?<![A-Za-z0-9_]){body}\s*(?:\(|tool\b)", re.I)
+
+
+def _names(text: str, name: str, lower: str | None = None) -> bool:
+    if name.lower() not in (text.lower() if lower is None else lower):
+        return False
+    return _search(_mention(name), text) is not None
+
+
+def _server_common(u: UntrustedText, server: str) -> frozenset[str]:
+    return common_words(tuple(t.name for t in u.tools if t.server == server))
+
+
+def _meaning(name: str, drop: frozenset[str], common: frozenset[str]) -> frozenset[str]:
+    """`meaning` without the server's common words, unless nothing else is left."""
+    return meaning(name, drop | common) or meaning(name, drop)
+
+
+def _task_wants(ctx: CallContext, policy: Policy) -> bool:
+    """Does the task ask for what the tool does? It names the tool, or the last meaningful
+    word of its name (`get_yahoo_finance_news` -> news, `playwright_screenshot` ->
+    screenshot) in some form (`screenshots`, `information` for `info`)."""
+    tool = ctx.call.tool
+    text = (ctx.task_text or "").lower()
+    if tool.lower() in text or " ".join(words_of(tool)) in text:
+        return True
+    drop = policy.generic_name_words | policy.praise_words
+    common = _server_common(ctx.untrusted, ctx.call.server)
+    words = [w for w in words_of(tool) if w not in drop and w not in common]
+    words = words or [w for w in words_of(tool) if w not in drop]
+    if not words:
+        return True  # a name that says nothing cannot be checked against the task
+    head = stem(words[-1])
+    head = head[:-1] if len(head) > 4 and head.endswith("e") else head
+    return any(t.startswith(head) or stem(t) == head for t in ctx.task_tokens)
+
+
+@lru_cache(maxsize=512)  # bounds the sentences it keeps alive (a result's: at most 40)
+def _cued(pattern: re.Pattern[str], sentences: tuple[Sentence, ...]) -> tuple[Sentence, ...]:
+    """The sentences `pattern` marks as instructions (sentences hash by identity: cheap)."""
+    return tuple(s for s in sentences if _cue(pattern, s.text))
+
+
+def _own(t: ToolInfo, server: str, tool: str) -> bool:
+    return t.server == server and t.name == tool
+
+
+def _successor(old: str, new: str, policy: Policy) -> bool:
+    """Is `new` a refinement of `old` on the same server (`read_file` -> `read_text_file`:
+    everything `old`'s name says is in `new`'s)? A description pointing from a tool to its own
+    successor documents an API change; pointing elsewhere (`navigate` -> `screenshot`) is
+    what a redirection or an injected dependency looks like."""
+    before = meaning(old, policy.praise_words)  # verbs count here: read_file is no move_file
+    return bool(before) and before <= meaning(new, policy.praise_words)
+
+
+def _tool_choice(
+    u: UntrustedText, server: str, tool: str, oblige: re.Pattern[str], policy: Policy
+) -> list[str]:
+    """Sentences of other descriptions and of results that tell the agent to call `tool`."""
+    low = tool.lower()
+    candidates = [
+        s
+        for t in u.tools
+        if not _own(t, server, tool)
+        and low in t.mentions
+        and not (t.server == server and _successor(t.name, tool, policy))
+        for s in _cued(oblige, t.sentences)
+    ]
+    candidates += [s for _, _, ss in u.results for s in _cued(oblige, ss)]
+    return [
+        f"tool {tool!r} is what the {s.where()} tells the agent to call, and the task does not "
+        f"ask for it: {_snip(s.text)!r}"
+        for s in candidates
+        if _names(s.text, tool, s.lower)
+    ]
+
+
+def _about(u: UntrustedText, server: str, tool: str, override: re.Pattern[str]) -> list[Sentence]:
+    """Override sentences that speak about this tool: in its own description, in any other
+    description that names it (anywhere in that description), in other tools' results naming
+    it (a tool's own result saying how to call it again is pagination, not provenance)."""
+    low = tool.lower()
+    out: list[Sentence] = []
+    for t in u.tools:
+        if _own(t, server, tool) or (low in t.mentions and _names(t.description, tool, t.mentions)):
+            out.extend(_cued(override, t.sentences))
+    out += [
+        s
+        for srv, producer, ss in u.results
+        if (srv, producer) != (server, tool)
+        for s in _cued(override, ss)
+        if _names(s.text, tool, s.lower)
+    ]
+    return out
+
+
+def _instructions(
+    u: UntrustedText,
+    server: str,
+    tool: str,
+    oblige: re.Pattern[str] | None,
+    override: re.Pattern[str] | None,
+) -> list[Sentence]:
+    """Instruction sentences of every description (obligations only in other tools' ones)."""
+    out: list[Sentence] = []
+    for t in u.tools:
+        if override is not None:
+            out.extend(_cued(override, t.sentences))
+        if oblige is not None and not _own(t, server, tool):
+            out.extend(_cued(oblige, t.sentences))
+    return out
+
+
+def _novel(value: str, ctx: CallContext, min_len: int) -> set[str]:
+    return {
+        w
+        for w in tokens(value) - ctx.task_tokens
+        if (len(w) >= min_len and not w.isdigit()) or (w.isdigit() and len(w) >= 2)
+    }
+
+
+def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
+    u = ctx.untrusted
+    if not u:
+        return []
+    tool, server = ctx.call.tool, ctx.call.server
+    ev: list[str] = []
+    oblige, override = policy.obligation_cues, policy.override_cues
+    if oblige is not None and not _task_wants(ctx, policy):
+        ev += _tool_choice(u, server, tool, oblige, policy)
+    min_len = policy.spec.rules.induced_call.min_token_length
+    task_lower = (ctx.task_text or "").lower()
+    about = _about(u, server, tool, override) if override is not None else []
+    descriptions: list[Sentence] | None = None
+    for key, value in ctx.arg_items:
+        novel = _novel(value, ctx, min_len)
+        if not novel:
+            continue
+        for s in about:
+            if hit := sorted(novel & s.tokens):
+                ev.append(
+                    f"argument {key!r} = {_snip(value, 80)!r} carries {', '.join(hit)!r}, which "
+                    f"the {s.where()} demands and the task never says: {_snip(s.text)!r}"
+                )
+                break
+        else:
+            low = value.strip().lower()
+            if len(low) < 4 or len(tokens(low)) < 2 or low in task_lower:
+                continue
+            if descriptions is None:
+                descriptions = _instructions(u, server, tool, oblige, override)
+            for s in descriptions:
+                if low in s.lower:
+                    ev.append(
+                        f"argument {key!r} = {_snip(value, 80)!r} is copied from an "
+                        f"instruction in the {s.where()}: {_snip(s.text)!r}"
+                    )
+                    break
+    if not ev:
+        return []
+    reason = "the call was induced by server-controlled text, not asked for by the task"
+    return [_violation("induced-call", policy, reason, list(dict.fromkeys(ev)))]
+
+
+def _praise(t: ToolInfo, policy: Policy) -> str | None:
+    words = [w for w in words_of(t.name) if w in policy.praise_words]
+    if words:
+        return f"its name says {', '.join(words)!r}"
+    if policy.superiority is not None and (m := _search(policy.superiority, t.description)):
+        return f"its description claims {m!r}"
+    return None
+
+
+def _compatible(a: frozenset[str], b: frozenset[str]) -> bool:
+    return bool(a and b) and (a <= b or b <= a)
+
+
+def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
+    u = ctx.untrusted
+    me = u.tool(ctx.call.server, ctx.call.tool)
+    if me is None or (why := _praise(me, policy)) is None:
+        return []
+    base = policy.generic_name_words | policy.praise_words | policy.vague_nouns
+    mine = _meaning(me.name, base, _server_common(u, me.server))
+    ev: list[str] = []
+    for other in u.tools:
+        if other is me or not _compatible(me.properties, other.properties):
+            continue
+        theirs = _meaning(other.name, base, _server_common(u, other.server))
+        if not _compatible(mine, theirs) or _praise(other, policy) is not None:
+            continue
+        if me.properties != other.properties and min(len(mine), len(theirs)) < 2:
+            continue  # one shared word and a different signature: a relative, not a copy
+        ev.append(
+            f"tool {me.name!r} on {me.server!r} duplicates {other.name!r} on {other.server!r} "
+            f"(parameters {sorted(me.properties)}, name meaning {sorted(mine)} vs "
+            f"{sorted(theirs)}) and advertises itself: {why}"
+        )
+    if not ev:
+        return []
+    reason = "the tool is a look-alike of another tool that advertises itself to be chosen"
+    return [_violation("lookalike-tool", policy, reason, ev)]
