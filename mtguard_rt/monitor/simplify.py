@@ -119,4 +119,6 @@ def simplify(tree: BehaviorTree, noise: NoiseRules) -> BehaviorTree:
                 omitted["loopback"] = omitted.get("loopback", 0) + len(p.net) - len(net)
         execs = _execs(p.execs, omitted) if noise.exec.drop_path_search else p.execs
         procs.append(msgspec.structs.replace(p, files=files, net=net, execs=execs))
-    return msgspec.structs.replace(tree, processes=procs, omitted=omitted)
+    # the stdio capture is evidence for the integrity rules, not for a reader (or a judge's
+    # prompt): it repeats the arguments and the server's own output verbatim
+    return msgspec.structs.replace(tree, processes=procs, omitted=omitted, stdio=None)

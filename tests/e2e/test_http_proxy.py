@@ -7,9 +7,6 @@ per request, `subscriptions/listen` for change events).
 
 from __future__ import annotations
 
-import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mtguard_rt.model import AuditRecord, record_decoder
 
 from .conftest import MTGUARD, server_cmd
+from .listening import listening_proxy
 
 pytestmark = [
     pytest.mark.anyio, pytest.mark.docker, pytest.mark.bpf,
@@ -42,38 +40,10 @@ async def http_proxy(server: str, audit: Path, *flags: str) -> AsyncIterator[str
     """Run `mtguard proxy --listen 127.0.0.1:0` and yield its /mcp URL; stop it with SIGTERM."""
     cmd = [MTGUARD, "proxy", "--listen", "127.0.0.1:0", "--audit-log", str(audit),
            "--mount", str(Path(server_cmd(server)[1]).parent), *flags, "--", *server_cmd(server)]
-    process = await anyio.open_process(cmd, stdin=None, stdout=None, stderr=-1)
-    log: list[bytes] = []
-    found = anyio.Event()
-
-    async def drain() -> None:  # keep reading, so the proxy never blocks on a full pipe
-        assert process.stderr is not None
-        async for chunk in process.stderr:
-            log.append(chunk)
-            if b"serving MCP at" in b"".join(log):
-                found.set()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            with anyio.fail_after(START_TIMEOUT_S):
-                await found.wait()
-            url = re.search(rb"serving MCP at (\S+/mcp)", b"".join(log))
-            assert url is not None
-            yield url.group(1).decode()
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
-        sys.stderr.write(b"".join(log).decode(errors="replace"))
-    assert process.returncode == 0  # a clean, signal-driven shutdown
+    async with listening_proxy(
+        cmd, start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S
+    ) as url:
+        yield url
 
 
 def records(path: Path) -> list[AuditRecord]:

@@ -9,10 +9,7 @@ initialize, Mcp-Session-Id). No Docker and no eBPF: a URL upstream has neither.
 
 from __future__ import annotations
 
-import re
-import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +26,7 @@ from mtguard_rt.proxy.remote import REMOTE_REASON
 
 from ..proxy.mcp_http_server import CANARY, Seen, run_server
 from .conftest import MTGUARD
+from .listening import listening_proxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["trio"])]
 
@@ -193,38 +191,10 @@ def _messages(exc: BaseException) -> str:
 async def http_front(url: str, audit: Path) -> AsyncIterator[str]:
     """`mtguard proxy --listen 127.0.0.1:0 --upstream URL`; yields its /mcp URL."""
     cmd = [*proxy_cmd(url, audit), "--listen", "127.0.0.1:0"]
-    process = await anyio.open_process(cmd, stdin=None, stdout=None, stderr=-1)
-    log: list[bytes] = []
-    found = anyio.Event()
-
-    async def drain() -> None:
-        assert process.stderr is not None
-        async for chunk in process.stderr:
-            log.append(chunk)
-            if b"serving MCP at" in b"".join(log):
-                found.set()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            with anyio.fail_after(SESSION_TIMEOUT_S):
-                await found.wait()
-            match = re.search(rb"serving MCP at (\S+/mcp)", b"".join(log))
-            assert match is not None
-            yield match.group(1).decode()
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
-        sys.stderr.write(b"".join(log).decode(errors="replace"))
-    assert process.returncode == 0
+    async with listening_proxy(
+        cmd, start_timeout_s=SESSION_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S
+    ) as front:
+        yield front
 
 
 @pytest.mark.parametrize(("mode", "version"), MODES, ids=["2026", "2025"])

@@ -72,3 +72,18 @@ def test_noise_file_errors_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as exc:
         load_noise(bad)
     assert exc.value.line == 1
+
+
+
+def test_the_stdio_capture_is_evidence_not_part_of_the_compact_tree() -> None:
+    from mtguard_rt.model import StdioCapture, StdioMessage
+
+    raw = tree_of("files_chdir_dirfd")
+    secret = "/home/agent/.ssh/id_rsa"
+    request = StdioMessage(
+        ts_ns=1, pid=7, method="tools/call", id=1, tool="read", arguments={"path": secret}
+    )
+    raw.stdio = StdioCapture(requests=[request])
+    small = simplify(raw, load_noise())
+    assert small.stdio is None and secret not in repr(small)
+    assert raw.stdio is not None and raw.stdio.requests == [request]  # the rules still have it
