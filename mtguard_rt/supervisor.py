@@ -33,6 +33,7 @@ from .model import (
     Decision,
     DeclaredCall,
     Phase,
+    StdioMessage,
     Timings,
     Verdict,
     Violation,
@@ -359,9 +360,10 @@ class Supervisor:
             self.kills.append(
                 OnlineKill(call_id=call_id, rule=found.rule, pids=pids, latency_ns=latency)
             )
+            what = "the server read it" if isinstance(event, StdioMessage) else "the event"
             found.evidence.append(
                 f"terminated online: SIGKILL to pid(s) {pids or 'none left'} "
-                f"{latency / 1e6:.3f} ms after the event"
+                f"{latency / 1e6:.3f} ms after {what}"
             )
 
         return hook
@@ -383,6 +385,7 @@ class Supervisor:
         killed: list[str] = []
         hook = None
         if online is not None and self.watch is not None:
+            online.expect(request_id, self.name)  # online integrity: this sandbox reads it
             hook = self._online_hook(declared.call_id, online, stop, killed)
         async with self._lock:
             if self.rollback is not None:

@@ -6,25 +6,47 @@ it proves, or None. Pure and synchronous (no monitor import): the monitor window
 event and the supervisor decides whether to terminate. A rule that cannot decide from one
 event (a relative name, a connect whose address may come from an allowed DNS name) defers to
 post-verification.
+
+The call's integrity rules run online too, on each whole tools/call the server's stdin
+yields (kernel-witnessed, `StdioMessage`; truncated ones never decide): `request-mismatch`
+when the call's own request (the guard's JSON-RPC id, `expect()`) is another tool, other
+arguments or read by another server than the declared one; `undeclared-request` for any
+further tools/call read in the window (a replay, an injected call).
 """
 
 from __future__ import annotations
 
 import shlex
-from typing import Literal
+from typing import Any, Literal
 
-from ..model import ExecEvent, FileEvent, NetEvent, ProcessNode, Violation
+from ..model import (
+    ExecEvent,
+    FileEvent,
+    NetEvent,
+    ProcessNode,
+    StdioMessage,
+    Violation,
+    call_digest,
+)
 from .context import CallContext
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
+from .rules_integrity import MISMATCH_WHY, UNDECLARED_WHY, mismatch_evidence, undeclared_line
 from .rules_net import allowed_names, egress_text
 from .rules_pre import violation
 from .text import names_path
 from .treeview import describe, is_write, label
 
 OnlineMode = Literal["enforce", "observe", "off"]
-OnlineEvent = FileEvent | ExecEvent | NetEvent
-ONLINE_RULES = ("canary-touched", "persistence-write", "unexpected-shell", "unexpected-network")
+OnlineEvent = FileEvent | ExecEvent | NetEvent | StdioMessage
+ONLINE_RULES = (
+    "canary-touched",
+    "persistence-write",
+    "unexpected-shell",
+    "unexpected-network",
+    "request-mismatch",
+    "undeclared-request",
+)
 
 
 class OnlineRules:
@@ -42,12 +64,26 @@ class OnlineRules:
         # a named host may resolve to any address: only the tree (with its DNS) can tell
         self._names_given = any(canonical_ip(n) is None for n in names)
         self.fired: list[Violation] = []
+        self._want = call_digest(ctx.call.tool, ctx.call.arguments)
+        self._request_id: Any = None  # the JSON-RPC id the guard sends the call with
+        self._reader: str | None = None  # the server whose sandbox is watched (may be routed)
+        self._own: StdioMessage | None = None  # the call's own request, once read
+
+    def expect(self, request_id: Any, server: str) -> None:
+        """Before dispatch: the id the guard sends this call with, and the server (sandbox)
+        it is sent to (another than the declared one when the host routed it)."""
+        valid = isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
+        self._request_id = request_id if valid else None
+        self._reader = server
+        self._own = None
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):
             found = self._file(proc, ev)
         elif isinstance(ev, ExecEvent):
             found = self._exec(proc, ev)
+        elif isinstance(ev, StdioMessage):
+            found = self._stdio(ev)
         else:
             found = self._net(proc, ev)
         if found is None or any(v.rule == found.rule for v in self.fired):
@@ -99,3 +135,23 @@ class OnlineRules:
         reason = "network destinations not derived from the arguments, task or allowlist"
         line = f"{label(proc)} {egress_text(ev, ip)}"
         return violation("unexpected-network", self.policy, "post", reason, [line])
+
+    def _stdio(self, m: StdioMessage) -> Violation | None:
+        """A whole tools/call the server read during the window (the post rules' notion,
+        decided as each one is read: the first with the guard's id, or, when that id is not
+        a JSON-RPC id, the first one read, is the call's own; any other is undeclared)."""
+        if m.method != "tools/call" or m.truncated or self._reader is None:
+            return None  # not a call, not captured whole (unverified), or not dispatched yet
+        own = self._own
+        if own is None and (self._request_id is None or m.id == self._request_id):
+            self._own = m
+            if "request-mismatch" not in self._on:
+                return None
+            ev = mismatch_evidence(self.ctx.call, m, self._reader)
+            if not ev:
+                return None
+            return violation("request-mismatch", self.policy, "post", MISMATCH_WHY, ev)
+        if "undeclared-request" not in self._on:
+            return None
+        line = undeclared_line(m, own)
+        return violation("undeclared-request", self.policy, "post", UNDECLARED_WHY, [line])

@@ -22,6 +22,7 @@ import msgspec
 
 from ..model import (
     BehaviorTree,
+    DeclaredCall,
     StdioCapture,
     StdioMessage,
     Violation,
@@ -98,20 +99,40 @@ def request_mismatch(
     calls = [m for m in cap.requests if m.method == "tools/call"]
     # the guard's request, else (its id not found) the first call read: none was the declared
     got = _own_request(cap, want) or (calls[0] if calls else None)
+    ev = mismatch_evidence(declared, got, cap.server) if got is not None else []
+    if not ev:
+        return []
+    return [violation("request-mismatch", policy, "post", MISMATCH_WHY, ev)]
+
+
+MISMATCH_WHY = "the server received another call than the one declared and pre-audited"
+UNDECLARED_WHY = "the server read a tools/call that no declared call covers"
+
+
+def mismatch_evidence(declared: DeclaredCall, got: StdioMessage, server: str | None) -> list[str]:
+    """How the tools/call `got`, read by `server`'s sandbox, differs from the declared call
+    (canonical JSON); empty when it is the declared call. Shared by the post rule and the
+    online one (audit.online), so both name the difference alike. `got` must be whole."""
     ev: list[str] = []
-    if cap.server != declared.server and got is not None:
+    if server != declared.server:
         ev.append(
             f"the call declared for server {declared.server!r} was read by server "
-            f"{cap.server!r} (pid {got.pid}: tools/call {got.tool!r})"
+            f"{server!r} (pid {got.pid}: tools/call {got.tool!r})"
         )
-    if got is not None and got.digest != want:
+    if got.digest != call_digest(declared.tool, declared.arguments):
         if got.tool != declared.tool:
             ev.append(f"the server read tools/call {got.tool!r}; declared {declared.tool!r}")
         ev.extend(_argument_diff(declared.arguments, got))
-    if not ev:
-        return []
-    why = "the server received another call than the one declared and pre-audited"
-    return [violation("request-mismatch", policy, "post", why, ev)]
+    return ev
+
+
+def undeclared_line(m: StdioMessage, own: StdioMessage | None) -> str:
+    """Evidence for a tools/call read in a call's window beyond the call's own (`own`)."""
+    return (
+        f"pid {m.pid} read tools/call {m.tool!r} (id {m.id!r}) "
+        f"{_show(m.arguments) if m.arguments is not None else m.digest}"
+        + (" (identical to the declared call: a replay)" if own and m.digest == own.digest else "")
+    )
 
 
 def _argument_diff(declared: dict[str, Any], got: StdioMessage) -> list[str]:
@@ -145,19 +166,13 @@ def undeclared_request(
     before = [m for m in cap.between_calls if m.method == "tools/call"]
     if not extra and not before:
         return []
-    ev = [
-        f"pid {m.pid} read tools/call {m.tool!r} (id {m.id!r}) "
-        f"{_show(m.arguments) if m.arguments is not None else m.digest}"
-        + (" (identical to the declared call: a replay)" if own and m.digest == own.digest else "")
-        for m in extra
-    ]
+    ev = [undeclared_line(m, own) for m in extra]
     ev += [
         f"pid {m.pid} read tools/call {m.tool!r} (id {m.id!r}) while no guarded call was "
         f"running (before this call) {_show(m.arguments) if m.arguments is not None else ''}"
         for m in before
     ]
-    why = "the server read a tools/call that no declared call covers"
-    return [violation("undeclared-request", policy, "post", why, ev)]
+    return [violation("undeclared-request", policy, "post", UNDECLARED_WHY, ev)]
 
 
 def result_tampered(

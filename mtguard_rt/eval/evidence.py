@@ -10,7 +10,7 @@ rules never read it.
 
 from __future__ import annotations
 
-from ..model import BehaviorTree, FileEvent, RollbackReport
+from ..model import BehaviorTree, FileEvent, RollbackReport, call_digest
 
 # Writes here are the runtime's own scratch, not a task's effect.
 SCRATCH_PREFIXES = ("/proc/", "/dev/", "/sys/", "/tmp/.X", "/run/user/")
@@ -82,26 +82,53 @@ def undone_by_rollback(tree: BehaviorTree, rollback: RollbackReport | None) -> b
     return not any(d.direction == "query" for d in tree.dns)
 
 
-def side_effects(tree: BehaviorTree) -> list[str]:
+def side_effects(tree: BehaviorTree, since_ns: int = 0) -> list[str]:
+    """`since_ns`: only effects from that (kernel, monotonic) time on."""
     out: list[str] = []
     roots = {p.key for p in tree.roots()}
     for proc in tree.processes:
         if proc.key not in roots:
             for ex in proc.execs:
-                if ex.result == 0:
+                if ex.result == 0 and ex.ts_ns >= since_ns:
                     out.append("exec " + (" ".join(ex.argv) or ex.path)[:120])
         for event in proc.files:
-            effect = _file_effect(event)
+            effect = _file_effect(event) if event.ts_ns >= since_ns else None
             if effect is not None:
                 out.append(effect)
         for net in proc.net:
-            if net.egress:  # not a datagram socket's connect that sent nothing
+            if net.egress and net.ts_ns >= since_ns:  # not a connect that sent nothing
                 out.append(f"connect {net.address}:{net.port}")
         for dns in proc.dns:
-            if dns.direction == "query":
+            if dns.direction == "query" and dns.ts_ns >= since_ns:
                 out.append(f"dns {dns.name}")
-    out.extend(f"dns {d.name}" for d in tree.dns if d.direction == "query")
+    out.extend(f"dns {d.name}" for d in tree.dns if d.direction == "query" and d.ts_ns >= since_ns)
     unique = sorted(dict.fromkeys(out), key=effect_rank)  # stable: observation order per rank
     if len(unique) > MAX_ITEMS:
         unique = [*unique[:MAX_ITEMS], f"... {len(unique) - MAX_ITEMS} more"]
     return unique
+
+
+def cut_before_effect(tree: BehaviorTree, terminated: bool) -> bool:
+    """True when the call was terminated online (`terminated`) and, from the first tools/call
+    its server read that was not the declared call (swapped, routed, replayed, injected) on,
+    the tree shows no side effect and the server answered none of those requests: what the
+    host slipped in was read but never acted on."""
+    cap = tree.stdio
+    if not terminated or cap is None or cap.lossy:
+        return False
+    want = call_digest(tree.call.tool, tree.call.arguments)
+    own_seen, foreign = False, []
+    for m in cap.requests:
+        if m.method != "tools/call":
+            continue
+        own = m.id == cap.request_id and m.digest == want and cap.server == tree.call.server
+        if own and not own_seen:
+            own_seen = True
+        else:
+            foreign.append(m)
+    if not foreign:
+        return False
+    ids = {m.id for m in foreign}
+    if any(r.id in ids for r in cap.responses):
+        return False
+    return not side_effects(tree, since_ns=min(m.ts_ns for m in foreign))

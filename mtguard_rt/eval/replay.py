@@ -28,7 +28,7 @@ from ..sandbox import SandboxConfig
 from ..supervisor import SeamAction
 from .attack_evaluators import attack_succeeded
 from .attacked import _target_call
-from .evidence import side_effects, undone_by_rollback
+from .evidence import cut_before_effect, side_effects, undone_by_rollback
 from .example_servers import SERVERS_DIR, server_command
 from .scenario import ExecutedCall, Scenario, ToolCall
 
@@ -62,6 +62,8 @@ class CallRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: str = ""
     side_effects: list[str] = msgspec.field(default_factory=list)
     rolled_back: bool = False  # its only effects were workspace changes the rollback undid
+    # terminated online when the server read what the host slipped in, before any effect
+    cut_before_effect: bool = False
     tcg: str = ""  # baseline findings (empty: did not fire)
     tri: str = ""
 
@@ -187,6 +189,8 @@ def _verdict_fields(record: AuditRecord | None) -> dict[str, Any]:
         "denying": list(dict.fromkeys(v.rule for v in enforcing)),
         "side_effects": side_effects(record.tree) if record.tree is not None else [],
         "rolled_back": record.tree is not None and undone_by_rollback(record.tree, record.rollback),
+        "cut_before_effect": record.tree is not None
+        and cut_before_effect(record.tree, record.terminated),
     }
 
 

@@ -184,7 +184,7 @@ def _detach_concurrently(fds: dict[bytes, int]) -> None:
     periods. bcc's own cleanup then finds nothing left to detach."""
     if not fds:
         return
-    from bcc.libbcc import lib  # type: ignore[import-untyped]
+    from bcc.libbcc import lib
 
     pending = list(fds.values())
     fds.clear()

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..model import BehaviorTree, DeclaredCall, ExecEvent, FileEvent, NetEvent, ProcessNode
+from ..model import (
+    BehaviorTree,
+    DeclaredCall,
+    ExecEvent,
+    FileEvent,
+    NetEvent,
+    ProcessNode,
+    StdioMessage,
+)
 from .builder import TreeBuilder
 from .decode import RawEvent, Recording
 from .kinds import KILLED_OPS, Kind
@@ -37,7 +45,8 @@ HOOKED = {
     int(Kind.CONNECT): "net",
     int(Kind.NET_SENT): "net",  # the connect or send event it counted on (not always last)
 }
-BuiltEvent = FileEvent | ExecEvent | NetEvent
+K_STDIO = int(Kind.STDIO)  # and each whole tools/call request the server reads (its reader)
+BuiltEvent = FileEvent | ExecEvent | NetEvent | StdioMessage
 # Called synchronously on the event loop thread, once per hooked event as it is folded in
 # (so before the call's response): `(window, process, event)`. It must not raise.
 EventHook = Callable[["Window", ProcessNode, BuiltEvent], None]
@@ -114,6 +123,7 @@ class Window:
         if self._builder.events >= self._max_events and ev.kind not in LIFECYCLE:
             self.overflow += 1  # effects are shed; process lifecycle is kept so settling works
         else:
+            asked = len(self._builder.stdio.requests) if ev.kind == K_STDIO else 0
             self._builder.apply(ev)
             if self.raw_events is not None:
                 self.raw_events.append(ev)
@@ -123,6 +133,8 @@ class Window:
                 self._kill(ev.a0, self.terminated_by)  # forked before our kill landed
             elif self.on_event is not None and ev.kind in HOOKED:
                 self._hook(ev)
+            elif self.on_event is not None and ev.kind == K_STDIO:
+                self._hook_requests(asked)
         if self.response_ns is not None:  # only the settle loop waits on it
             self._changed.set()
 
@@ -135,6 +147,25 @@ class Window:
             built = [self._builder.last_net] if self._builder.last_net is not None else None
         if proc is not None and built and self.on_event is not None:
             self.on_event(self, proc.node, built[-1])
+
+    def _hook_requests(self, start: int) -> None:
+        """Hand the hook each whole tools/call this record completed, with its reader. Not
+        once records of the window may be missing (ring buffer drops of stdio, window
+        overflow): a line could then be spliced from two; post-verification reports it
+        unverified instead."""
+        new = [
+            m
+            for m in self._builder.stdio.requests[start:]
+            if m.method == "tools/call" and not m.truncated
+        ]
+        if not new or self.overflow:
+            return
+        if self._monitor.drops().get("stdio", 0) > self._drops_at_open.get("stdio", 0):
+            return
+        for msg in new:
+            proc = self._builder._procs.get(msg.pid)  # the server, seeded at window open
+            if proc is not None and self.on_event is not None:
+                self.on_event(self, proc.node, msg)
 
     def _killed_in_kernel(self, ev: RawEvent) -> None:
         proc = self._builder._procs.get(ev.pid)

@@ -11,7 +11,16 @@ from mtguard_rt.audit import load_policy
 from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.config import load_config
 from mtguard_rt.errors import PolicyError
-from mtguard_rt.model import ExecEvent, FileEvent, NetEvent, ProcessNode, Verdict, Violation
+from mtguard_rt.model import (
+    ExecEvent,
+    FileEvent,
+    NetEvent,
+    ProcessNode,
+    StdioMessage,
+    Verdict,
+    Violation,
+    call_digest,
+)
 from mtguard_rt.supervisor import _merge_online
 
 from .trees import HOME, ctx_for, opened
@@ -137,3 +146,79 @@ def test_udp_connect_fires_only_once_a_datagram_is_sent() -> None:
     assert rules(path="a").check(CHILD, sent) is not None  # sendto an explicit address
     accept = NetEvent(ts_ns=4, op="accept", family="ipv4", address="203.0.113.7", port=9)
     assert rules(path="a").check(CHILD, accept) is None
+
+
+# -- the integrity rules online: each whole tools/call the server reads ------------------
+def read(tool: str, arguments: dict[str, object], rid: object = "g-1") -> StdioMessage:
+    return StdioMessage(
+        ts_ns=5,
+        pid=100,
+        method="tools/call",
+        id=rid,  # type: ignore[arg-type]
+        tool=tool,
+        arguments=arguments,
+        digest=call_digest(tool, arguments),
+    )
+
+
+def test_the_declared_request_passes_and_a_swapped_one_fires_request_mismatch() -> None:
+    r = rules("run_command", command="ls")
+    assert r.check(SERVER, read("run_command", {"command": "ls"})) is None  # not expected yet
+    r.expect("g-1", "srv")
+    assert r.check(SERVER, read("run_command", {"command": "ls"})) is None
+    r = rules("run_command", command="ls")
+    r.expect("g-1", "srv")
+    v = r.check(SERVER, read("run_command", {"command": "cat ~/.ssh/id_rsa"}))
+    assert v is not None and (v.rule, v.mode) == ("request-mismatch", "enforce")
+    assert v.evidence == [
+        'argument \'command\': declared "ls", received "cat ~/.ssh/id_rsa"'
+    ]  # the post rule's wording (shared)
+
+
+def test_a_routed_request_fires_against_the_declared_call() -> None:
+    r = rules("read_file", path="notes.txt")
+    r.expect("g-1", "term")  # the host routed it to another server's sandbox
+    v = r.check(SERVER, read("run_command", {"command": "id"}))
+    assert v is not None and v.rule == "request-mismatch"
+    assert v.evidence[:2] == [
+        "the call declared for server 'srv' was read by server 'term' "
+        "(pid 100: tools/call 'run_command')",
+        "the server read tools/call 'run_command'; declared 'read_file'",
+    ]
+
+
+def test_a_second_read_is_undeclared_and_truncated_reads_never_decide() -> None:
+    r = rules("transfer", to="bob", amount=5)
+    r.expect("g-1", "srv")
+    cut = StdioMessage(ts_ns=5, pid=100, digest="raw-sha256:00", size=9, truncated=True)
+    assert r.check(SERVER, cut) is None
+    notif = StdioMessage(ts_ns=5, pid=100, method="notifications/cancelled", digest="x")
+    assert r.check(SERVER, notif) is None
+    assert r.check(SERVER, read("transfer", {"to": "bob", "amount": 5})) is None
+    v = r.check(SERVER, read("transfer", {"to": "bob", "amount": 5}, rid="g-1~replay-1"))
+    assert v is not None and v.rule == "undeclared-request"
+    assert v.evidence[0].endswith("(identical to the declared call: a replay)")
+    # a foreign id read before the guard's own request is not the call's own either
+    r = rules("transfer", to="bob", amount=5)
+    r.expect("g-1", "srv")
+    v = r.check(SERVER, read("transfer", {"to": "eve", "amount": 500}, rid=7))
+    assert v is not None and v.rule == "undeclared-request"
+    assert r.check(SERVER, read("transfer", {"to": "bob", "amount": 5})) is None
+
+
+def test_without_a_json_rpc_id_the_first_call_read_is_the_calls_own() -> None:
+    r = rules("transfer", to="bob", amount=5)
+    r.expect({"not": "an id"}, "srv")
+    v = r.check(SERVER, read("transfer", {"to": "eve", "amount": 5}, rid=None))
+    assert v is not None and v.rule == "request-mismatch"
+    assert v.evidence == ["argument 'to': declared \"bob\", received \"eve\""]
+
+
+def test_integrity_rules_off_in_the_policy_stay_quiet_online(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[rules.request-mismatch]\nmode = "off"\n')
+    r = OnlineRules(load_policy([str(path)]), ctx_for("run_command", {"command": "ls"}))
+    r.expect("g-1", "srv")
+    assert r.check(SERVER, read("run_command", {"command": "id"})) is None
+    v = r.check(SERVER, read("run_command", {"command": "id"}, rid="x"))
+    assert v is not None and v.rule == "undeclared-request"

@@ -65,11 +65,15 @@ async def test_argument_naming_the_ssh_key_is_denied_before_dispatch(
     assert rec.tree is None  # never dispatched
 
 
+@pytest.mark.parametrize("online", ["off", "enforce"])
 async def test_host_hook_swapping_the_call_is_denied_from_the_tree(
-    proxy: ProxyFactory, audit_path: Path, tmp_path: Path
+    proxy: ProxyFactory, audit_path: Path, tmp_path: Path, online: str
 ) -> None:
     config = tmp_path / "guard.toml"
-    config.write_text('dispatch_hook = "tests.e2e.hooks:swap_to_read_ssh_key"\n')
+    config.write_text(
+        'dispatch_hook = "tests.e2e.hooks:swap_to_read_ssh_key"\n'
+        f'[online]\nmode = "{online}"\n'
+    )
     env = {"PYTHONPATH": str(REPO)}
     async with proxy("terminal", "--config", str(config), env=env) as client:
         result = await client.call_tool(
@@ -80,6 +84,10 @@ async def test_host_hook_swapping_the_call_is_denied_from_the_tree(
     (rec,) = records(audit_path)
     assert (rec.decision, rec.phase) == ("deny", "post")
     assert rec.arguments == {"command": "date"}  # what the agent declared
+    assert "request-mismatch" in rec.rules
+    if online == "enforce":  # the server was killed as it read the swapped request
+        assert rec.terminated and "/usr/bin/cat" not in exes(rec)
+        return
     assert "/usr/bin/cat" in exes(rec)  # what really ran
     assert "canary-touched" in rec.rules
     assert any(SSH_KEY in e for v in rec.violations for e in v.evidence)

@@ -10,7 +10,7 @@ import pytest
 
 from mtguard_rt.eval.attack_evaluators import attack_succeeded
 from mtguard_rt.eval.corpus import load_scenarios
-from mtguard_rt.eval.evidence import side_effects
+from mtguard_rt.eval.evidence import cut_before_effect, side_effects
 from mtguard_rt.eval.metrics import percentile, summary
 from mtguard_rt.eval.replay import CallRun, PassRun, Seam, declared_trajectory
 from mtguard_rt.eval.report import render_json, render_markdown
@@ -24,7 +24,10 @@ from mtguard_rt.model import (
     FileEvent,
     NetEvent,
     ProcessNode,
+    StdioCapture,
+    StdioMessage,
     Timings,
+    call_digest,
 )
 
 
@@ -268,6 +271,33 @@ def test_side_effects_from_a_tree() -> None:
         "connect 203.0.113.9:80",
         "exec cat a",
     ]
+
+
+def test_cut_before_effect_needs_a_kill_and_nothing_after_the_slipped_in_read() -> None:
+    declared = DeclaredCall(call_id="c", server="s", tool="t", arguments={"a": 1})
+
+    def read(rid: str, ts: int, a: int) -> StdioMessage:
+        d = call_digest("t", {"a": a})
+        return StdioMessage(ts_ns=ts, pid=1, method="tools/call", id=rid, tool="t", digest=d)
+
+    def tree(*requests: StdioMessage, effect_at: int = 0, answered: str = "") -> BehaviorTree:
+        files = [FileEvent(ts_ns=effect_at, op="open", path="/w/x", flags=["write"])]
+        sh = ProcessNode(key="2@2", pid=2, parent="1@1", exe="/bin/sh", files=files)
+        root = ProcessNode(key="1@1", pid=1, exe="/usr/bin/python3")
+        responses = [StdioMessage(ts_ns=99, pid=1, id=answered)] if answered else []
+        cap = StdioCapture(requests=list(requests), responses=responses)
+        cap.server, cap.request_id = "s", "g"
+        return BehaviorTree(call=declared, processes=[root, sh], stdio=cap)
+
+    swapped = tree(read("g", 10, 2), effect_at=5)  # the effect came before the read
+    assert cut_before_effect(swapped, terminated=True)
+    assert not cut_before_effect(swapped, terminated=False)
+    assert not cut_before_effect(tree(read("g", 10, 2), effect_at=11), terminated=True)
+    assert not cut_before_effect(tree(read("g", 10, 2), answered="g"), terminated=True)
+    # a replay: the declared call ran and answered; the replay was read and cut
+    replay = tree(read("g", 10, 1), read("g~1", 20, 1), effect_at=15, answered="g")
+    assert cut_before_effect(replay, terminated=True)
+    assert not cut_before_effect(tree(read("g", 10, 1), effect_at=15), terminated=True)
 
 
 @pytest.mark.corpus

@@ -46,11 +46,15 @@ class Seam:
 
 
 @asynccontextmanager
-async def guarded(seam: Seam, observe: bool = False) -> AsyncIterator[Guard]:
+async def guarded(
+    seam: Seam, observe: bool = False, online: str = "enforce"
+) -> AsyncIterator[Guard]:
+    from mtguard_rt.config import OnlineSection
     from mtguard_rt.sandbox import SandboxConfig
 
     config = GuardConfig(
         observe=observe,
+        online=OnlineSection(mode=online),  # type: ignore[arg-type]
         audit_log=None,
         telemetry={"exporter": "off"},
         sandbox=SandboxConfig(mounts=[str(SERVERS), str(HERE)]),
@@ -96,8 +100,8 @@ async def test_benign_call_is_captured_and_matches() -> None:
 
 @pytest.mark.anyio
 async def test_seam_swapping_arguments_on_the_same_server_is_denied() -> None:
-    seam = Seam()
-    async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
+    seam = Seam()  # the post rule alone (online: tests/e2e/test_online_integrity.py)
+    async with guarded(seam, online="off") as guard, guard.connect(ECHO, name="echo") as server:
         seam.arm(lambda c: DeclaredCall(
             call_id=c.call_id, server=c.server, tool=c.tool, arguments={"text": "swapped"}
         ))
@@ -114,8 +118,8 @@ async def test_seam_swapping_arguments_on_the_same_server_is_denied() -> None:
 
 @pytest.mark.anyio
 async def test_seam_replay_and_tampered_result_are_caught() -> None:
-    seam = Seam()
-    async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
+    seam = Seam()  # the post rules alone (online: tests/e2e/test_online_integrity.py)
+    async with guarded(seam, online="off") as guard, guard.connect(ECHO, name="echo") as server:
         seam.arm(lambda c: SeamAction(call=c, replays=2))
         exc = await denied(guard, server, "pay once")
         evidence = fired(exc.record)["undeclared-request"]  # type: ignore[arg-type]
