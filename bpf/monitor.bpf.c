@@ -987,7 +987,13 @@ static __always_inline int open_enter(int dfd, const char *name, u64 flags, u64 
 {
     if (!watched())
         return 0;
-    kill_on_touch(name, MT_ACT_KILL_OPEN, 1);
+    /* any open of a KILL_OPEN path; only a writing open of a KILL_WRITE one (persistence
+     * files: shells read them, an undeclared write plants code) */
+    u64 oflags = flags;
+    if (how) /* openat2: the flags are the first field of struct open_how */
+        bpf_probe_read_user(&oflags, sizeof(oflags), (void *)how);
+    kill_on_touch(name, (oflags & MT_O_ANY_WRITE) ? (MT_ACT_KILL_OPEN | MT_ACT_KILL_WRITE)
+                                                  : MT_ACT_KILL_OPEN, 1);
     return enter6(EV_OPEN, dfd, (u64)name, flags, mode, how);
 }
 

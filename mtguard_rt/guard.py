@@ -125,11 +125,18 @@ class Guard:
 
     def _protect(self, watch: Any, canaries: dict[str, str]) -> None:
         """Push the sandbox's protected paths into the kernel: canaries wake the reader at
-        once (online rules); in enforce mode with `kill_on_touch`, canaries (not the
-        write-only ones, which shells read), the policy's protected paths and forbidden
-        executables are SIGKILLed on open / exec; every canary and protected path also on
-        unlink or rename (from or onto it)."""
-        from .monitor.kinds import ACT_KILL_EXEC, ACT_KILL_MODIFY, ACT_KILL_OPEN, ACT_WAKE
+        once (online rules); in enforce mode with `kill_on_touch`, canaries, the policy's
+        protected paths and forbidden executables are SIGKILLed on open / exec; the
+        write-only canaries (shell rc files: shells read them) only on an open for writing,
+        which `canary-touched` denies whatever the call declared; every canary and protected
+        path also on unlink or rename (from or onto it)."""
+        from .monitor.kinds import (
+            ACT_KILL_EXEC,
+            ACT_KILL_MODIFY,
+            ACT_KILL_OPEN,
+            ACT_KILL_WRITE,
+            ACT_WAKE,
+        )
 
         online = self.config.online
         if online.mode == "off":
@@ -139,7 +146,8 @@ class Guard:
         acts: dict[str, int] = {}
         for path in canaries:
             write_only = policy.canary_write_only.matches(path)
-            acts[path] = ACT_WAKE | (ACT_KILL_OPEN if kill and not write_only else 0)
+            on_open = ACT_KILL_WRITE if write_only else ACT_KILL_OPEN
+            acts[path] = ACT_WAKE | (on_open if kill else 0)
             acts[path] |= ACT_KILL_MODIFY if kill else 0
         if kill:
             for path in policy.spec.lists.protected_paths:

@@ -72,6 +72,7 @@ ACT_WAKE = 1  # `protected` map values: an open of this exact path wakes the rea
 ACT_KILL_OPEN = 2  # ... an open of it is answered with SIGKILL in the kernel
 ACT_KILL_EXEC = 4  # ... an exec of it is answered with SIGKILL in the kernel
 ACT_KILL_MODIFY = 8  # ... an unlink or rename (from or onto it) is answered with SIGKILL
+ACT_KILL_WRITE = 16  # ... an open of it for writing (or creat) is answered with SIGKILL
 KEY_PATH_MAX = 256  # protected paths are exact strings shorter than this
 MAX_PROTECTED = 4096
 O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
@@ -123,6 +124,7 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         ACT_KILL_OPEN=ACT_KILL_OPEN,
         ACT_KILL_EXEC=ACT_KILL_EXEC,
         ACT_KILL_MODIFY=ACT_KILL_MODIFY,
+        ACT_KILL_WRITE=ACT_KILL_WRITE,
         TR_TCP=TR_TCP,
         TR_UDP=TR_UDP,
         TR_ICMP=TR_ICMP,

@@ -17,7 +17,12 @@ from monitor_harness import CALL, gated_cgroup
 
 from mtguard_rt.model import BehaviorTree
 from mtguard_rt.monitor import MonitorConfig, open_monitor
-from mtguard_rt.monitor.kinds import ACT_KILL_EXEC, ACT_KILL_MODIFY, ACT_KILL_OPEN
+from mtguard_rt.monitor.kinds import (
+    ACT_KILL_EXEC,
+    ACT_KILL_MODIFY,
+    ACT_KILL_OPEN,
+    ACT_KILL_WRITE,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
 SECRET = "TOP-SECRET-CONTENT"
@@ -50,6 +55,19 @@ async def test_open_of_a_protected_path_dies_before_open_returns(tmp_path: Path)
     assert kills == [f"pid {cat.pid} /usr/bin/cat SIGKILLed in the kernel at the open of {secret}"]
     sh = next(p for p in tree.processes if p.learned == "seeded")
     assert sh.killed_by is None and sh.exit_code == 0
+
+
+async def test_write_protection_lets_reads_through_and_kills_an_append(tmp_path: Path) -> None:
+    rc = tmp_path / "bashrc"
+    rc.write_text("alias ll='ls -l'\n")
+    # a shell rc file: reading it is normal, appending to it plants code for the next shell
+    script = f"cat {rc}; echo rc=$?; sh -c 'echo evil >> {rc}'; echo rc=$?"
+    out, tree, kills = await run_protected(["sh", "-c", script], {str(rc): ACT_KILL_WRITE}, 3)
+    assert out == [b"alias ll='ls -l'", b"rc=0", b"rc=137"]
+    assert rc.read_text() == "alias ll='ls -l'\n"  # killed on the open, before any write
+    assert len(kills) == 1 and f"open of {rc}" in kills[0]
+    (writer,) = [p for p in tree.processes if p.killed_by]
+    assert writer.killed_by == f"kill-on-touch: open of {rc}"
 
 
 async def test_exec_of_a_forbidden_program_never_runs_it() -> None:
