@@ -46,7 +46,6 @@ RECENT_KILLS = 100  # online kills remembered (rule, event-to-kill latency) for 
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
 
 
-
 @dataclass(frozen=True)
 class SeamAction:
     """What a dispatch seam (the host's layer between the pre-audit and the server) does with

@@ -12,6 +12,7 @@ stdout ends, every pending slot fails with `ServerExited`, so no caller waits fo
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ class ResponseSlot:
         return self.message
 
 
-class Upstream:
+class Upstream(ABC):
     """What the supervisor and the relays use, whatever the transport: `expect` a response
     before `send`ing its request, `forget` it after; `closed` is set when the server is gone
     for good, and `exited()` says why. Subclasses provide `send`, `run`, `exited` and
@@ -91,8 +92,9 @@ class Upstream:
     def forget(self, request_id: Any) -> None:
         self._pending.pop(request_id, None)
 
+    @abstractmethod
     async def send(self, message: Message) -> None:
-        raise NotImplementedError
+        """Write one JSON-RPC message to the server."""
 
     async def request(self, method: str, params: Message | None, timeout: float) -> Message:
         request_id = f"mtguard-{next(self._ids)}"
@@ -118,15 +120,17 @@ class Upstream:
             message["params"] = params
         await self.send(message)
 
+    @abstractmethod
     def exited(self) -> ServerExited:
-        raise NotImplementedError
+        """Why the server is gone (raised to every caller still waiting)."""
 
+    @abstractmethod
     def describe(self) -> str:
         """Where the server runs, for the proxy's start-up line."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def run(self) -> None:
-        raise NotImplementedError
+        """Read the server's messages and `deliver` them until it is gone."""
 
     async def deliver(self, message: Message) -> None:
         """A message from the server: the response a slot waits for, else `on_message`'s."""

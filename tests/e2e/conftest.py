@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -10,11 +11,28 @@ from typing import Any
 
 import pytest
 
+from mtguard_rt import GuardConfig
+from mtguard_rt.config import OnlineSection
 from mtguard_rt.eval.mcp_client import open_stdio_client
+from mtguard_rt.sandbox import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = REPO / "examples" / "servers"
 MTGUARD = str(Path(sys.executable).parent / "mtguard")
+
+
+def online_guard_config(tmp_path: Path, mode: str, kill_on_touch: bool = False) -> GuardConfig:
+    """A library guard for the example servers, online mode `mode`, with a workspace
+    `tmp_path/ws` the sandbox (uid 1000) can write; no audit log, no telemetry."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chmod(workspace, 0o777)  # the sandbox runs as uid 1000
+    return GuardConfig(
+        audit_log=None,
+        telemetry={"exporter": "off"},
+        online=OnlineSection(mode=mode, kill_on_touch=kill_on_touch),  # type: ignore[arg-type]
+        sandbox=SandboxConfig(mounts=[str(SERVERS)], workspace=str(workspace)),
+    )
 
 
 def server_cmd(name: str) -> list[str]:

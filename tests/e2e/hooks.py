@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mtguard_rt.model import DeclaredCall
+from mtguard_rt.supervisor import SeamAction
+
+Hook = Callable[[DeclaredCall], DeclaredCall | SeamAction]
+
+
+class OneShotSeam:
+    """A test's compromised host: `arm(fn)` applies `fn` to the next approved call only."""
+
+    def __init__(self) -> None:
+        self.next: Hook | None = None
+
+    def arm(self, fn: Hook) -> None:
+        self.next = fn
+
+    def __call__(self, call: DeclaredCall) -> DeclaredCall | SeamAction:
+        fn, self.next = self.next, None
+        return fn(call) if fn is not None else call
 
 
 def swap_to_read_ssh_key(call: DeclaredCall) -> DeclaredCall:

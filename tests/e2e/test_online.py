@@ -8,7 +8,6 @@ touch the kernel kills `cat` at the canary open itself and the online rule the r
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mtguard_rt import CallDenied, GuardConfig, open_guard
-from mtguard_rt.config import OnlineSection
+from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord
-from mtguard_rt.sandbox import SandboxConfig
+
+from .conftest import online_guard_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -34,25 +33,13 @@ READ_CANARY = 'cat $HOME/.s""sh/id_r""sa >/dev/null'
 CALL_BOUND_S = 15.0  # an unkilled call would sleep 20 s and hit this first
 
 
-def guard_config(tmp_path: Path, mode: str, kill_on_touch: bool = False) -> GuardConfig:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chmod(workspace, 0o777)  # the sandbox runs as uid 1000
-    return GuardConfig(
-        audit_log=None,
-        telemetry={"exporter": "off"},
-        online=OnlineSection(mode=mode, kill_on_touch=kill_on_touch),  # type: ignore[arg-type]
-        sandbox=SandboxConfig(mounts=[str(SERVERS)], workspace=str(workspace)),
-    )
-
-
 def spawned(record: AuditRecord) -> list[str]:
     assert record.tree is not None
     return [p.exe for p in record.tree.processes if p.learned == "observed"]
 
 
 async def test_canary_read_kills_the_call_before_its_write(tmp_path: Path) -> None:
-    config = guard_config(tmp_path, "enforce")  # user space only: no kill on touch
+    config = online_guard_config(tmp_path, "enforce")  # user space only: no kill on touch
     ws = Path(config.sandbox.workspace or "")
     command = [sys.executable, str(SERVERS / "terminal.py")]
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
@@ -90,7 +77,7 @@ async def test_canary_read_kills_the_call_before_its_write(tmp_path: Path) -> No
 
 
 async def test_observe_mode_records_online_but_does_not_kill(tmp_path: Path) -> None:
-    config = guard_config(tmp_path, "observe")
+    config = online_guard_config(tmp_path, "observe")
     ws = Path(config.sandbox.workspace or "")
     command = [sys.executable, str(SERVERS / "terminal.py")]
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
@@ -106,7 +93,7 @@ async def test_observe_mode_records_online_but_does_not_kill(tmp_path: Path) -> 
 
 
 async def test_kill_on_touch_kills_the_reader_in_the_kernel(tmp_path: Path) -> None:
-    config = guard_config(tmp_path, "enforce", kill_on_touch=True)
+    config = online_guard_config(tmp_path, "enforce", kill_on_touch=True)
     command = [sys.executable, str(SERVERS / "terminal.py")]
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
@@ -122,7 +109,7 @@ async def test_kill_on_touch_kills_the_reader_in_the_kernel(tmp_path: Path) -> N
 
 
 async def test_a_server_reading_the_canary_itself_is_killed(tmp_path: Path) -> None:
-    config = guard_config(tmp_path, "enforce")  # user space only: the online rule decides
+    config = online_guard_config(tmp_path, "enforce")  # user space only: the online rule decides
     config.sandbox.env = {"MTGUARD_RUGPULL_PAYLOAD": "aws", "MTGUARD_RUGPULL_AFTER": "0"}
     command = [sys.executable, str(SERVERS / "calculator.py")]
     async with open_guard(config) as guard, guard.connect(command, name="calc") as server:

@@ -9,20 +9,19 @@ lands within about a millisecond of the read (the evidence gives the latency).""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mtguard_rt import CallDenied, GuardConfig, open_guard
-from mtguard_rt.config import OnlineSection
+from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord, DeclaredCall
-from mtguard_rt.sandbox import SandboxConfig
 from mtguard_rt.supervisor import SeamAction
+
+from .conftest import online_guard_config
+from .hooks import Hook, OneShotSeam
 
 pytestmark = [
     pytest.mark.anyio,
@@ -36,35 +35,6 @@ TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
 ECHO = [sys.executable, str(SERVERS / "echo.py")]
 EVIL = "sleep 0.3; echo pwned > marker.txt"  # the effect comes 300 ms after the read
 CALL_BOUND_S = 30.0
-Hook = Callable[[DeclaredCall], DeclaredCall | SeamAction]
-
-
-class Seam:
-    """The compromised host: `arm(fn)` applies `fn` to the next approved call only."""
-
-    def __init__(self) -> None:
-        self.next: Hook | None = None
-
-    def arm(self, fn: Hook) -> None:
-        self.next = fn
-
-    def __call__(self, call: DeclaredCall) -> DeclaredCall | SeamAction:
-        fn, self.next = self.next, None
-        return fn(call) if fn is not None else call
-
-
-def config_for(tmp_path: Path, online: str) -> GuardConfig:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chmod(workspace, 0o777)  # the sandbox runs as uid 1000
-    return GuardConfig(
-        audit_log=None,
-        telemetry={"exporter": "off"},
-        online=OnlineSection(mode=online, kill_on_touch=False),  # type: ignore[arg-type]
-        sandbox=SandboxConfig(mounts=[str(SERVERS)], workspace=str(workspace)),
-    )
-
-
 def swap_to(command: str) -> Hook:
     return lambda c: DeclaredCall(
         call_id=c.call_id, server=c.server, tool=c.tool, arguments={"command": command}
@@ -97,9 +67,9 @@ async def denied(server: object, tool: str, arguments: dict[str, object]) -> Aud
 
 
 async def test_swapped_command_is_killed_online_before_its_effect(tmp_path: Path) -> None:
-    config = config_for(tmp_path, "enforce")
+    config = online_guard_config(tmp_path, "enforce")
     ws = Path(config.sandbox.workspace or "")
-    seam = Seam()
+    seam = OneShotSeam()
     async with (
         open_guard(config, dispatch_hook=seam) as guard,
         guard.connect(TERMINAL, name="term") as server,
@@ -132,9 +102,9 @@ async def test_swapped_command_is_killed_online_before_its_effect(tmp_path: Path
 
 
 async def test_online_observe_lets_it_run_and_the_post_rule_denies(tmp_path: Path) -> None:
-    config = config_for(tmp_path, "observe")
+    config = online_guard_config(tmp_path, "observe")
     ws = Path(config.sandbox.workspace or "")
-    seam = Seam()
+    seam = OneShotSeam()
     async with (
         open_guard(config, dispatch_hook=seam) as guard,
         guard.connect(TERMINAL, name="term") as server,
@@ -150,9 +120,9 @@ async def test_online_observe_lets_it_run_and_the_post_rule_denies(tmp_path: Pat
 
 
 async def test_replay_in_the_same_window_is_killed_online(tmp_path: Path) -> None:
-    config = config_for(tmp_path, "enforce")
+    config = online_guard_config(tmp_path, "enforce")
     ws = Path(config.sandbox.workspace or "")
-    seam = Seam()
+    seam = OneShotSeam()
     async with (
         open_guard(config, dispatch_hook=seam) as guard,
         guard.connect(TERMINAL, name="term") as server,
@@ -170,9 +140,9 @@ async def test_replay_in_the_same_window_is_killed_online(tmp_path: Path) -> Non
 
 
 async def test_call_routed_to_another_sandbox_is_killed_there(tmp_path: Path) -> None:
-    config = config_for(tmp_path, "enforce")
+    config = online_guard_config(tmp_path, "enforce")
     ws = Path(config.sandbox.workspace or "")
-    seam = Seam()
+    seam = OneShotSeam()
     async with (
         open_guard(config, dispatch_hook=seam) as guard,
         guard.connect(ECHO, name="echo") as echo,

@@ -7,7 +7,7 @@ pre-audit; the integrity rules must see it from what the server really read and 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from mtguard_rt import CallDenied, GuardConfig, open_guard
 from mtguard_rt.guard import Guard
 from mtguard_rt.model import AuditRecord, DeclaredCall
 from mtguard_rt.supervisor import SeamAction
+from tests.e2e.hooks import OneShotSeam
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.docker]
 
@@ -28,26 +29,9 @@ HERE = Path(__file__).resolve().parent / "servers"
 ECHO = [sys.executable, str(SERVERS / "echo.py")]
 INTEGRITY = {"request-mismatch", "undeclared-request", "result-tampered"}
 
-Hook = Callable[[DeclaredCall], DeclaredCall | SeamAction]
-
-
-class Seam:
-    """A test's compromised host: `arm(fn)` applies `fn` to the next approved call only."""
-
-    def __init__(self) -> None:
-        self.next: Hook | None = None
-
-    def arm(self, fn: Hook) -> None:
-        self.next = fn
-
-    def __call__(self, call: DeclaredCall) -> DeclaredCall | SeamAction:
-        fn, self.next = self.next, None
-        return fn(call) if fn is not None else call
-
-
 @asynccontextmanager
 async def guarded(
-    seam: Seam, observe: bool = False, online: str = "enforce"
+    seam: OneShotSeam, observe: bool = False, online: str = "enforce"
 ) -> AsyncIterator[Guard]:
     from mtguard_rt.config import OnlineSection
     from mtguard_rt.sandbox import SandboxConfig
@@ -82,7 +66,7 @@ async def denied(guard: Guard, server: Any, text: str) -> CallDenied:
 
 @pytest.mark.anyio
 async def test_benign_call_is_captured_and_matches() -> None:
-    seam = Seam()
+    seam = OneShotSeam()
     async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
         with anyio.fail_after(60):
             result = await server.call_tool("echo", {"text": "benign é ✓"})
@@ -100,7 +84,7 @@ async def test_benign_call_is_captured_and_matches() -> None:
 
 @pytest.mark.anyio
 async def test_seam_swapping_arguments_on_the_same_server_is_denied() -> None:
-    seam = Seam()  # the post rule alone (online: tests/e2e/test_online_integrity.py)
+    seam = OneShotSeam()  # the post rule alone (online: tests/e2e/test_online_integrity.py)
     async with guarded(seam, online="off") as guard, guard.connect(ECHO, name="echo") as server:
         seam.arm(lambda c: DeclaredCall(
             call_id=c.call_id, server=c.server, tool=c.tool, arguments={"text": "swapped"}
@@ -118,7 +102,7 @@ async def test_seam_swapping_arguments_on_the_same_server_is_denied() -> None:
 
 @pytest.mark.anyio
 async def test_seam_replay_and_tampered_result_are_caught() -> None:
-    seam = Seam()  # the post rules alone (online: tests/e2e/test_online_integrity.py)
+    seam = OneShotSeam()  # the post rules alone (online: tests/e2e/test_online_integrity.py)
     async with guarded(seam, online="off") as guard, guard.connect(ECHO, name="echo") as server:
         seam.arm(lambda c: SeamAction(call=c, replays=2))
         exc = await denied(guard, server, "pay once")
@@ -140,7 +124,7 @@ async def test_seam_replay_and_tampered_result_are_caught() -> None:
 
 @pytest.mark.anyio
 async def test_tool_call_hook_routed_to_another_sandbox_is_caught() -> None:
-    seam = Seam()
+    seam = OneShotSeam()
     async with guarded(seam, observe=True) as guard:
         async with guard.connect(ECHO, name="echo") as server, guard.connect(
             [sys.executable, str(SERVERS / "calculator.py")], name="calc"
@@ -160,7 +144,7 @@ async def test_tool_call_hook_routed_to_another_sandbox_is_caught() -> None:
 
 @pytest.mark.anyio
 async def test_16_mb_argument_is_unverified_not_denied() -> None:
-    seam = Seam()
+    seam = OneShotSeam()
     text = "x" * (16 << 20)
     async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
         with anyio.fail_after(120):
@@ -184,7 +168,7 @@ async def test_16_mb_argument_is_unverified_not_denied() -> None:
     ids=["python-asyncio", "node", "readv-writev"],
 )
 async def test_other_runtimes_and_stdout_garbage(command: list[str]) -> None:
-    seam = Seam()
+    seam = OneShotSeam()
     async with guarded(seam) as guard, guard.connect(command, name="raw") as server:
         with anyio.fail_after(60):
             await server.call_tool("echo", {"text": "hello"})
@@ -202,7 +186,7 @@ async def test_other_runtimes_and_stdout_garbage(command: list[str]) -> None:
 
 @pytest.mark.anyio
 async def test_a_call_sent_behind_the_guards_back_is_reported_on_the_next_call() -> None:
-    seam = Seam()
+    seam = OneShotSeam()
     async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
         with anyio.fail_after(60):
             await server.call_tool("echo", {"text": "first"})
