@@ -81,6 +81,17 @@ def _own_request(cap: StdioCapture, declared: str) -> StdioMessage | None:
     return next((m for m in calls if m.digest == declared), None)
 
 
+def _calls_read(
+    cap: StdioCapture, call: DeclaredCall
+) -> tuple[StdioMessage | None, list[StdioMessage]]:
+    """(the call's own read request, every tools/call read in the window). Without the
+    guard's id or an identical request, the first call read stands for it: a changed call
+    is request-mismatch's, the ones after it undeclared-request's."""
+    calls = [m for m in cap.requests if m.method == "tools/call"]
+    own = _own_request(cap, call_digest(call.tool, call.arguments))
+    return (own or (calls[0] if calls else None)), calls
+
+
 def _capture(view: TreeView) -> StdioCapture | None:
     cap = view.tree.stdio
     if cap is None or cap.server is None or cap.lossy:
@@ -94,12 +105,8 @@ def request_mismatch(
     cap = _capture(view)
     if cap is None:
         return []
-    declared = ctx.call
-    want = call_digest(declared.tool, declared.arguments)
-    calls = [m for m in cap.requests if m.method == "tools/call"]
-    # the guard's request, else (its id not found) the first call read: none was the declared
-    got = _own_request(cap, want) or (calls[0] if calls else None)
-    ev = mismatch_evidence(declared, got, cap.server) if got is not None else []
+    got, _ = _calls_read(cap, ctx.call)
+    ev = mismatch_evidence(ctx.call, got, cap.server) if got is not None else []
     if not ev:
         return []
     return [violation("request-mismatch", policy, "post", MISMATCH_WHY, ev)]
@@ -158,10 +165,7 @@ def undeclared_request(
     cap = _capture(view)
     if cap is None:
         return []
-    own = _own_request(cap, call_digest(ctx.call.tool, ctx.call.arguments))
-    calls = [m for m in cap.requests if m.method == "tools/call"]
-    if own is None and calls:
-        own = calls[0]  # a changed call is request-mismatch's; the ones after it are extra
+    own, calls = _calls_read(cap, ctx.call)
     extra = [m for m in calls if m is not own]
     before = [m for m in cap.between_calls if m.method == "tools/call"]
     if not extra and not before:
