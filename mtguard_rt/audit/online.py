@@ -31,6 +31,7 @@ from ..model import (
 from .context import CallContext
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
+from .rules_files import took_effect
 from .rules_integrity import MISMATCH_WHY, UNDECLARED_WHY, mismatch_evidence, undeclared_line
 from .rules_net import allowed_names, egress_text
 from .rules_pre import violation
@@ -94,6 +95,8 @@ class OnlineRules:
     def _file(self, proc: ProcessNode, ev: FileEvent) -> Violation | None:
         if not (ev.resolved or ev.path.startswith("/")):
             return None  # a relative name: the post rules match it by its tail
+        if not took_effect(ev):
+            return None  # a failed open or rename read or wrote nothing (kernel kills apart)
         policy = self.policy
         paths = [ev.path.rstrip("/") or "/"]
         if ev.target:

@@ -4,6 +4,8 @@ Pure functions of `(ctx, view, result, policy)`. Canaries are exact paths (a wri
 canary such as ~/.bashrc fires on modification only) plus marker strings searched in the
 result, also base64-encoded. Sensitive and persistence matches use the policy's targeted
 globs and ignore paths the declared arguments name (those were the pre-audit's to judge).
+A failed syscall (an open answering ENOENT or EACCES, a refused rename) had no effect: it
+stays in the tree as evidence but is never a read or a write here (`took_effect`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..model import Violation
+from ..model import FileEvent, Violation
 from .context import CallContext
 from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
 from .rules_pre import violation
 from .text import iter_strings, names_path
 from .treeview import TreeView, describe, is_write, label
+
+
+def took_effect(ev: FileEvent) -> bool:
+    """Did the syscall succeed? A failed open read nothing and a failed write wrote nothing
+    (npm probing a missing ~/.npmrc, a shell looking for rc files that are not there)."""
+    return ev.result >= 0
 
 
 def _b64_forms(marker: str) -> list[str]:
@@ -40,6 +48,8 @@ def canary_touched(
     ev_lines: list[str] = []
     for hit in view.matching(CANARY):
         assert hit.canary is not None
+        if not took_effect(hit.event):
+            continue  # nothing read or written (a kernel kill on touch is reported apart)
         if policy.canary_write_only.matches(hit.canary) and not is_write(hit.event):
             continue
         ev_lines.append(f"{label(hit.proc)} {hit.event.op} {hit.path} {describe(hit.event)}")
@@ -63,7 +73,10 @@ def sensitive_file_read(
     ev_lines = [
         f"{label(h.proc)} opened {h.path} {describe(h.event)}"
         for h in view.matching(SENSITIVE)
-        if h.event.op == "open" and h.canary is None and not names_path(ctx.arg_texts, h.path)
+        if h.event.op == "open"
+        and took_effect(h.event)
+        and h.canary is None
+        and not names_path(ctx.arg_texts, h.path)
     ]
     if not ev_lines:
         return []
@@ -84,7 +97,7 @@ def persistence_write(
     ev_lines = [
         f"{label(h.proc)} {h.event.op} {h.path} {describe(h.event)}"
         for h in view.matching(PERSISTENCE)
-        if is_write(h.event) and not names_path(ctx.arg_texts, h.path)
+        if is_write(h.event) and took_effect(h.event) and not names_path(ctx.arg_texts, h.path)
     ]
     if not ev_lines:
         return []

@@ -1,0 +1,70 @@
+"""File rules on failed syscalls, /proc walkers and asked-for persistence edits: a failed
+open is evidence, never a read; a /proc walker inside the sandbox reads its own processes;
+an edit the task and the arguments both ask for is a recorded consent, not a deny."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mtguard_rt.audit import CallContext, load_policy
+from mtguard_rt.audit.engine import PostRule
+from mtguard_rt.audit.online import OnlineRules
+from mtguard_rt.audit.rules_files import canary_touched, persistence_write, sensitive_file_read
+from mtguard_rt.audit.treeview import TreeView
+from mtguard_rt.model import BehaviorTree, FileEvent, ProcessNode, Violation
+
+from .trees import HOME, child, ctx_for, opened, server_tree
+
+POLICY = load_policy()
+RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+ENOENT, EACCES = -2, -13
+CHILD = ProcessNode(key="200@2", pid=200, exe="/usr/bin/npm", learned="observed")
+
+
+def run(rule: PostRule, ctx: CallContext, tree: BehaviorTree) -> list[Violation]:
+    return rule(ctx, TreeView.build(tree, POLICY, ctx.canaries), RESULT, POLICY)
+
+
+def test_failed_open_of_a_sensitive_file_is_not_a_read_but_stays_in_the_tree() -> None:
+    ctx = ctx_for("install_package", {"name": "left-pad"})
+    tree = server_tree(ctx.call)
+    probe = opened(f"{HOME}/.npmrc", result=ENOENT)
+    child(tree, 42, ["npm", "view", "left-pad"], files=[probe])
+    assert run(sensitive_file_read, ctx, tree) == []
+    assert probe in tree.processes[-1].files  # the probe is kept as evidence
+    tree.processes[-1].files.append(opened(f"{HOME}/.npmrc"))  # the same file, opened: a read
+    [v] = run(sensitive_file_read, ctx, tree)
+    assert v.evidence == [f"pid 42 /usr/bin/npm opened {HOME}/.npmrc (read)"]
+
+
+def test_failed_write_of_a_persistence_path_is_not_a_write() -> None:
+    ctx = ctx_for("save_note", {"text": "buy milk"})
+    tree = server_tree(ctx.call)
+    denied = opened("/etc/cron.d/job", "write", "create", result=EACCES)
+    moved = FileEvent(ts_ns=1, op="rename", path="/tmp/x", target="/etc/cron.d/j", result=EACCES)
+    tree.processes[0].files.extend([denied, moved])
+    assert run(persistence_write, ctx, tree) == []
+    tree.processes[0].files.append(opened("/etc/cron.d/job", "write", "create"))
+    [v] = run(persistence_write, ctx, tree)
+    assert len(v.evidence) == 1 and "(write,create)" in v.evidence[0]
+
+
+def test_failed_open_of_a_canary_is_not_a_touch() -> None:
+    ctx = ctx_for("get_weather", {"city": "Paris"})
+    tree = server_tree(ctx.call)
+    child(tree, 42, ["cat"], files=[opened(f"{HOME}/.ssh/id_rsa", result=EACCES)])
+    tree.processes[-1].files.append(opened(f"{HOME}/.bashrc", "write", result=EACCES))
+    assert run(canary_touched, ctx, tree) == []
+    tree.processes[-1].files.append(opened(f"{HOME}/.ssh/id_rsa"))
+    assert [v.rule for v in run(canary_touched, ctx, tree)] == ["canary-touched"]
+
+
+def test_online_rules_ignore_failed_opens_and_renames() -> None:
+    rules = OnlineRules(POLICY, ctx_for("read_file", {"path": "notes.txt"}))
+    assert rules.check(CHILD, opened(f"{HOME}/.ssh/id_rsa", result=ENOENT)) is None
+    assert rules.check(CHILD, opened(f"{HOME}/.bashrc", "write", result=EACCES)) is None
+    cron = FileEvent(ts_ns=1, op="rename", path="/tmp/x", target="/etc/cron.d/j", result=-1)
+    assert rules.check(CHILD, cron) is None
+    assert rules.fired == []
+    hit = rules.check(CHILD, opened(f"{HOME}/.ssh/id_rsa"))
+    assert hit is not None and hit.rule == "canary-touched"
