@@ -5,12 +5,15 @@ canary such as ~/.bashrc fires on modification only) plus marker strings searche
 result, also base64-encoded. Sensitive and persistence matches use the policy's targeted
 globs and ignore paths the declared arguments name (those were the pre-audit's to judge).
 A failed syscall (an open answering ENOENT or EACCES, a refused rename) had no effect: it
-stays in the tree as evidence but is never a read or a write here (`took_effect`).
+stays in the tree as evidence but is never a read or a write here (`took_effect`). A
+process's own state under /proc/<pid>/ (environ, mem) read by a /proc walker such as `ps` is
+the server's own: the sandbox has its own pid namespace (`own_process_state`).
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 from ..model import FileEvent, Violation
@@ -19,6 +22,22 @@ from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
 from .rules_pre import violation
 from .text import iter_strings, names_path
 from .treeview import TreeView, describe, is_write, label
+
+# /proc/<pid>/<file> (or a thread's): the state of one process, not a path through it (root/,
+# cwd/ and fd/ lead into a file system and are classified as the file they reach)
+_PROC_STATE = re.compile(r"^/proc/(?:\d+|self|thread-self)(?:/task/\d+)?/[^/]+$")
+
+
+def own_process_state(path: str) -> bool:
+    """Is `path` one process's own state file (/proc/7/environ, /proc/self/mem)?
+
+    Every traced tree comes from a sandbox with its own pid namespace, so any /proc/<pid>
+    a traced process can open is one of the server's own processes (or its children): ps,
+    top and process libraries read their environ on every listing. Their environment is the
+    server's own configuration, which it holds anyway; another process's secrets are not
+    reachable this way. (The pre-audit still judges an argument that names such a path: a
+    call asking the server to hand over its environment.)"""
+    return _PROC_STATE.match(path) is not None
 
 
 def took_effect(ev: FileEvent) -> bool:
@@ -76,6 +95,7 @@ def sensitive_file_read(
         if h.event.op == "open"
         and took_effect(h.event)
         and h.canary is None
+        and not own_process_state(h.path)
         and not names_path(ctx.arg_texts, h.path)
     ]
     if not ev_lines:

@@ -10,6 +10,7 @@ from mtguard_rt.audit import CallContext, load_policy
 from mtguard_rt.audit.engine import PostRule
 from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.audit.rules_files import canary_touched, persistence_write, sensitive_file_read
+from mtguard_rt.audit.rules_pre import sensitive_file_arg
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, FileEvent, ProcessNode, Violation
 
@@ -68,3 +69,19 @@ def test_online_rules_ignore_failed_opens_and_renames() -> None:
     assert rules.fired == []
     hit = rules.check(CHILD, opened(f"{HOME}/.ssh/id_rsa"))
     assert hit is not None and hit.rule == "canary-touched"
+
+
+def test_a_proc_walker_reading_its_own_sandbox_processes_is_not_a_secret_read() -> None:
+    ctx = ctx_for("list_processes", {})
+    tree = server_tree(ctx.call)
+    ps = [opened(f"/proc/{pid}/{leaf}") for pid in (1, 7, 42) for leaf in ("environ", "stat")]
+    ps.append(opened("/proc/self/task/9/environ"))
+    child(tree, 42, ["ps", "auxe"], files=ps)
+    assert run(sensitive_file_read, ctx, tree) == []
+    # a path *through* a process (its root) reaches a file, classified as that file
+    tree.processes[-1].files.append(opened("/proc/1/root/home/mtguard/.ssh/id_ed25519"))
+    [v] = run(sensitive_file_read, ctx, tree)
+    assert v.evidence == [f"pid 42 /usr/bin/ps opened /proc/1/root{HOME}/.ssh/id_ed25519 (read)"]
+    # the pre-audit still judges a call that asks for the server's environment
+    asked = ctx_for("read_file", {"path": "/proc/self/environ"})
+    assert [v.rule for v in sensitive_file_arg(asked, POLICY)] == ["sensitive-file-arg"]
