@@ -8,24 +8,32 @@ cd "$(dirname "$0")/.."
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
-PY_SERVERS=(mcp-server-fetch==2026.10.24 mcp-server-git==2026.10.19)
+# PyPI servers on the MCP SDK 2.x share .servers/py; those still on SDK 1.x (mcp<2: the shell
+# server pins it, the sqlite server uses the 1.x server API) share .servers/py1.
+PY_SERVERS=(mcp-server-fetch==2026.10.24 mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
+            markitdown-mcp==0.0.1a8)
+PY1_SERVERS=(mcp-server-sqlite==2025.4.25 mcp-shell-server==1.1.14)
 NPM_SERVERS=(@modelcontextprotocol/server-filesystem@2026.8.31)
 
 [ -x .venv/bin/python ] || die "run scripts/setup-venv.sh first (.venv is missing)"
 base=$(readlink -f .venv/bin/python)
 mkdir -p .servers
 
-want="${base} ${PY_SERVERS[*]}"
-if [ "$(cat .servers/py/.pinned 2>/dev/null)" != "$want" ]; then
-  log "installing ${PY_SERVERS[*]} into .servers/py"
-  rm -rf .servers/py
-  "$base" -m venv .servers/py
-  .servers/py/bin/pip install -q --disable-pip-version-check "${PY_SERVERS[@]}" \
-    > .servers/pip.log 2>&1 || { grep -v "^WARNING: Location" .servers/pip.log >&2; die "pip install of ${PY_SERVERS[*]} failed"; }
-  .servers/py/bin/python -c 'import mcp_server_fetch, mcp_server_git' \
-    || die "the PyPI servers do not import"
-  echo "$want" > .servers/py/.pinned
-fi
+# py_venv DIR MODULES SPEC...: a venv in .servers/DIR holding SPEC..., checked by importing MODULES.
+py_venv() {
+  local dir=$1 modules=$2; shift 2
+  local want="${base} $*"
+  [ "$(cat ".servers/$dir/.pinned" 2>/dev/null)" != "$want" ] || return 0
+  log "installing $* into .servers/$dir"
+  rm -rf ".servers/$dir"
+  "$base" -m venv ".servers/$dir"
+  ".servers/$dir/bin/pip" install -q --disable-pip-version-check "$@" \
+    > ".servers/pip-$dir.log" 2>&1 || { grep -v "^WARNING: Location" ".servers/pip-$dir.log" >&2; die "pip install of $* failed"; }
+  ".servers/$dir/bin/python" -c "import $modules" || die "the PyPI servers in .servers/$dir do not import"
+  echo "$want" > ".servers/$dir/.pinned"
+}
+py_venv py mcp_server_fetch,mcp_server_git,mcp_server_time,markitdown_mcp "${PY_SERVERS[@]}"
+py_venv py1 mcp_server_sqlite,mcp_shell_server "${PY1_SERVERS[@]}"
 
 want="${NPM_SERVERS[*]}"
 if [ "$(cat .servers/node/.pinned 2>/dev/null)" != "$want" ]; then
