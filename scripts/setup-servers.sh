@@ -13,7 +13,10 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 PY_SERVERS=(mcp-server-fetch==2026.10.24 mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
             markitdown-mcp==0.0.1a8)
 PY1_SERVERS=(mcp-server-sqlite==2025.4.25 mcp-shell-server==1.1.14)
-NPM_SERVERS=(@modelcontextprotocol/server-filesystem@2026.8.31)
+# The reference servers share one SDK and one prefix; each has dist/index.js.
+NPM_SERVERS=(@modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-memory@2026.8.31
+             @modelcontextprotocol/server-everything@2026.8.31
+             @modelcontextprotocol/server-sequential-thinking@2026.8.31)
 
 [ -x .venv/bin/python ] || die "run scripts/setup-venv.sh first (.venv is missing)"
 base=$(readlink -f .venv/bin/python)
@@ -39,13 +42,38 @@ want="${NPM_SERVERS[*]}"
 if [ "$(cat .servers/node/.pinned 2>/dev/null)" != "$want" ]; then
   command -v npm >/dev/null || die "npm is missing (Node 20 + npm expected in /usr/bin)"
   log "installing ${NPM_SERVERS[*]} into .servers/node"
-  rm -rf .servers/node
-  mkdir -p .servers/node
-  npm install --prefix .servers/node --no-audit --no-fund --loglevel=error "${NPM_SERVERS[@]}" >&2 \
+  # Built beside the old prefix and swapped in, so a sandbox using the old one keeps it.
+  rm -rf .servers/node.new .servers/node.old
+  mkdir -p .servers/node.new
+  npm install --prefix .servers/node.new --no-audit --no-fund --loglevel=error "${NPM_SERVERS[@]}" >&2 \
     || die "npm install of ${NPM_SERVERS[*]} failed"
-  [ -f .servers/node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ] \
-    || die "server-filesystem installed without dist/index.js"
-  echo "$want" > .servers/node/.pinned
+  for spec in "${NPM_SERVERS[@]}"; do
+    pkg=${spec%@*}
+    [ -f ".servers/node.new/node_modules/$pkg/dist/index.js" ] || die "$pkg installed without dist/index.js"
+  done
+  echo "$want" > .servers/node.new/.pinned
+  [ ! -e .servers/node ] || mv .servers/node .servers/node.old
+  mv .servers/node.new .servers/node
+  rm -rf .servers/node.old
+fi
+
+# @wonderwhy-er/desktop-commander: its own prefix (its SDK and ~700 packages are not the
+# reference servers'). --ignore-scripts: its postinstall sends install telemetry, and
+# md-to-pdf's puppeteer would download a Chrome; ripgrep comes as an npm optional package.
+DESKTOP_COMMANDER=@wonderwhy-er/desktop-commander@0.2.52
+if [ "$(cat .servers/desktop-commander/.pinned 2>/dev/null)" != "$DESKTOP_COMMANDER" ]; then
+  command -v npm >/dev/null || die "npm is missing (Node 20 + npm expected in /usr/bin)"
+  log "installing $DESKTOP_COMMANDER into .servers/desktop-commander"
+  rm -rf .servers/desktop-commander
+  mkdir -p .servers/desktop-commander
+  PUPPETEER_SKIP_DOWNLOAD=1 npm install --prefix .servers/desktop-commander --ignore-scripts \
+    --no-audit --no-fund --loglevel=error "$DESKTOP_COMMANDER" >&2 \
+    || die "npm install of $DESKTOP_COMMANDER failed"
+  dc=.servers/desktop-commander/node_modules/@wonderwhy-er/desktop-commander
+  [ -f "$dc/dist/index.js" ] || die "$DESKTOP_COMMANDER installed without dist/index.js"
+  [ -x .servers/desktop-commander/node_modules/@vscode/ripgrep-linux-x64/bin/rg ] \
+    || die "$DESKTOP_COMMANDER installed without its ripgrep binary"
+  echo "$DESKTOP_COMMANDER" > .servers/desktop-commander/.pinned
 fi
 
 # @playwright/mcp drives Debian's Chromium (scripts/setup-host.sh installs it): the tests pass
