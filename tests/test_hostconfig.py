@@ -13,11 +13,14 @@ from mtguard_rt.cli import main
 from mtguard_rt.commands.proxy import config_from_args
 from mtguard_rt.errors import GuardError
 from mtguard_rt.hostconfig import (
+    backups,
+    infer_needs,
     is_wrapped,
     read_host_config,
     strip_jsonc,
     unwrap_config,
     wrap_config,
+    write_host_config,
 )
 
 HOSTS = Path(__file__).resolve().parents[1] / "examples" / "hosts"
@@ -31,6 +34,7 @@ def load(name: str) -> dict:
 def test_every_host_format_is_an_example() -> None:
     assert {p.name for p in EXAMPLES} == {
         "claude_desktop_config.json", "cursor_mcp.json", "claude_code.mcp.json", "vscode_mcp.json",
+        "claude_code_user.claude.json",
     }
 
 
@@ -68,17 +72,50 @@ def test_claude_desktop_server_runs_under_the_proxy_with_env_passed_by_name() ->
     ]
 
 
-def test_remote_servers_are_left_alone() -> None:
-    cursor = wrap_config(load("cursor_mcp.json"))
-    assert cursor.config["mcpServers"]["docs"] == load("cursor_mcp.json")["mcpServers"]["docs"]
+def test_remote_servers_run_through_the_upstream_proxy_with_the_token_kept_out_of_argv() -> None:
+    cursor = wrap_config(load("cursor_mcp.json"), mtguard="/opt/bin/mtguard")
+    docs = cursor.config["mcpServers"]["docs"]
+    assert docs == {
+        "command": "/opt/bin/mtguard",
+        "args": ["proxy", "--name", "docs", "--upstream", "https://mcp.example.com/mcp"],
+        "env": {"MTGUARD_UPSTREAM_TOKEN": "${env:DOCS_TOKEN}"},  # the host substitutes it
+    }
     code = wrap_config(load("claude_code.mcp.json")).config["mcpServers"]
-    assert code["sentry"] == {"type": "http", "url": "https://mcp.sentry.dev/mcp"}
+    assert code["sentry"] == {"type": "stdio", "command": "mtguard", "args": [
+        "proxy", "--name", "sentry", "--upstream", "https://mcp.sentry.dev/mcp"]}
     assert code["filesystem"]["type"] == "stdio" and is_wrapped(code["filesystem"])
     # a server with no args gets the proxy's, and loses them again on unwrap
     assert code["time"]["args"] == ["proxy", "--name", "time", "--", "uvx"]
     assert unwrap_config({"mcpServers": {"time": code["time"]}}).config == {
         "mcpServers": {"time": {"command": "uvx"}}
     }
+
+
+def test_other_headers_go_on_the_command_line_and_sse_servers_are_left() -> None:
+    config = {"servers": {
+        "r": {"type": "http", "url": "https://x.example/mcp",
+              "headers": {"X-Api-Key": "k", "Authorization": "Basic abc"}},
+        "s": {"type": "sse", "url": "https://x.example/sse"}}}
+    rewrite = wrap_config(config)
+    r = rewrite.config["servers"]["r"]
+    assert r["type"] == "stdio" and "env" not in r
+    assert r["args"][-4:] == ["--upstream-header", "X-Api-Key: k",
+                              "--upstream-header", "Authorization: Basic abc"]
+    assert rewrite.config["servers"]["s"] == config["servers"]["s"]
+    assert [(c.name, c.action) for c in rewrite.changes] == [("r", "wrapped"), ("s", "left")]
+    assert "streamable HTTP only" in rewrite.changes[1].why
+    assert unwrap_config(rewrite.config).config == config
+
+
+def test_claude_code_user_file_wraps_every_project_table() -> None:
+    config = load("claude_code_user.claude.json")
+    rewrite = wrap_config(config)
+    project = rewrite.config["projects"]["/home/me/project"]
+    assert is_wrapped(project["mcpServers"]["git"]) and is_wrapped(project["mcpServers"]["tickets"])
+    assert is_wrapped(rewrite.config["mcpServers"]["memory"])
+    assert project["allowedTools"] == [] and rewrite.config["numStartups"] == 12
+    assert {c.name for c in rewrite.changes} == {"memory", "git", "tickets"}
+    assert unwrap_config(rewrite.config).config == config
 
 
 def test_vscode_jsonc_with_inputs_and_cwd() -> None:
@@ -119,28 +156,57 @@ def test_cli_prints_by_default_and_leaves_the_file(
     path = tmp_path / "claude_desktop_config.json"
     shutil.copy(HOSTS / path.name, path)
     before = path.read_bytes()
-    assert main(["wrap", str(path), "--observe", "--proxy-arg=--network=host"]) == 0
+    assert main(["wrap", str(path), "--print", "--observe", "--proxy-arg=--network=host"]) == 0
     out, err = capsys.readouterr()
     fetch = json.loads(out)["mcpServers"]["fetch"]
     assert fetch["args"][:6] == ["proxy", "--name", "fetch", "--observe", "--network=host", "--"]
     assert "fetch: wrapped" in err
-    assert path.read_bytes() == before and not (tmp_path / f"{path.name}.bak").exists()
+    # the default is a dry run: the diff --write would apply
+    assert main(["wrap", str(path), "--server", "fetch"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"--- {path}\n+++ {path} (after --write)\n")
+    assert '-      "command": "uvx",' in out.splitlines()
+    assert "dry run: nothing written" in err
+    assert path.read_bytes() == before and not backups(path)
 
 
-def test_cli_write_keeps_a_backup_and_unwrap_restores(
+def test_cli_write_keeps_numbered_backups_and_unwrap_restores(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "mcp.json"
     shutil.copy(HOSTS / "claude_code.mcp.json", path)
+    os.chmod(path, 0o640)
     original = path.read_text()
     assert main(["wrap", str(path), "--write"]) == 0
+    wrapped = path.read_text()
     assert (tmp_path / "mcp.json.bak").read_text() == original
-    assert is_wrapped(json.loads(path.read_text())["mcpServers"]["filesystem"])
+    assert is_wrapped(json.loads(wrapped)["mcpServers"]["filesystem"])
     assert main(["wrap", str(path), "--write"]) == 0
     assert "unchanged" in capsys.readouterr().err
     assert main(["unwrap", str(path), "--write"]) == 0
     assert json.loads(path.read_text()) == json.loads(original)
     assert path.read_text() == original  # same indentation, so the same bytes here
+    # every version is kept: the first backup is never overwritten by the unwrap
+    assert [p.name for p in backups(path)] == ["mcp.json.bak", "mcp.json.bak.2"]
+    assert (tmp_path / "mcp.json.bak").read_text() == original
+    assert (tmp_path / "mcp.json.bak.2").read_text() == wrapped
+    assert main(["wrap", str(path), "--write"]) == 0
+    assert [p.name for p in backups(path)][-1] == "mcp.json.bak.3"
+    assert {oct(p.stat().st_mode & 0o777) for p in [path, *backups(path)]} == {"0o640"}
+
+
+def test_backups_skip_a_taken_number_and_a_symlinked_config_stays_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "mcp.json"
+    real.parent.mkdir()
+    shutil.copy(HOSTS / "cursor_mcp.json", real)
+    link = tmp_path / "mcp.json"
+    link.symlink_to(real)
+    (real.parent / "mcp.json.bak").write_text("someone else's\n")
+    file = read_host_config(link)
+    backup = write_host_config(file, wrap_config(file.config).config)
+    assert backup == real.parent / "mcp.json.bak.2"
+    assert (real.parent / "mcp.json.bak").read_text() == "someone else's\n"
+    assert link.is_symlink() and is_wrapped(json.loads(real.read_text())["mcpServers"]["git"])
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,8 +264,144 @@ def test_cli_makes_policy_files_and_the_audit_log_absolute(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "team.toml").write_text("")
     config = str(HOSTS / "cursor_mcp.json")
-    assert main(["wrap", config, "--policy", "strict", "--policy", "team.toml",
+    assert main(["wrap", config, "--print", "--policy", "strict", "--policy", "team.toml",
                  "--audit-log", "logs/audit.jsonl"]) == 0
     args = json.loads(capsys.readouterr().out)["mcpServers"]["git"]["args"]
-    assert args[3:9] == ["--policy", "strict", "--policy", str(tmp_path / "team.toml"),
-                         "--audit-log", str(tmp_path / "logs/audit.jsonl")]
+    at = args.index("--policy")
+    assert args[at:at + 6] == ["--policy", "strict", "--policy", str(tmp_path / "team.toml"),
+                               "--audit-log", str(tmp_path / "logs/audit.jsonl")]
+
+
+# -- what a wrapped server needs from the sandbox ----------------------------------------------
+
+
+def _tree(root: Path, *files: str) -> Path:
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    return root
+
+
+def _no_program(_name: str) -> None:
+    return None
+
+
+def test_directory_arguments_become_the_workspace_then_read_only_mounts(tmp_path: Path) -> None:
+    docs, notes = tmp_path / "docs", tmp_path / "notes"
+    docs.mkdir(), notes.mkdir()
+    entry = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem",
+                                        str(docs), f"--extra={notes}", str(docs / "sub"),
+                                        "/", str(tmp_path / "gone")]}
+    needs = infer_needs(entry, home=str(tmp_path / "home"), which=_no_program, environ={})
+    assert needs.workspace == str(docs) and needs.mounts == [str(notes)]
+    assert needs.flags()[:4] == ["--workspace", str(docs), "--mount", str(notes)]
+    assert any("/ is an argument but is not mounted" in n for n in needs.notes)
+    assert any(f"{tmp_path / 'gone'} does not exist here" in n for n in needs.notes)
+    assert needs.domains == ["registry.npmjs.org"]  # npx fetches the package
+    assert needs.flags()[-2:] == ["--allow-domain", "registry.npmjs.org"]
+
+
+def test_an_installed_node_server_mounts_its_node_modules_not_the_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = "node_modules/@scope/server/dist/index.js"
+    _tree(home, pkg, "node_modules/dep/index.js", ".ssh/id_rsa")
+    bin_link = home / "node_modules/.bin/server"
+    bin_link.parent.mkdir()
+    bin_link.symlink_to(home / pkg)
+    needs = infer_needs({"command": str(bin_link)}, home=str(home), which=_no_program, environ={})
+    assert needs.mounts == [str(home / "node_modules")]  # npm install in ~: not ~ itself
+    assert needs.domains == [] and "--allow-domain" not in needs.flags()
+    script = infer_needs({"command": "node", "args": [str(home / pkg)]}, home=str(home),
+                         which=lambda _: "/usr/bin/node", environ={})
+    assert script.mounts == [str(home / "node_modules")]
+
+
+def test_a_virtualenv_server_mounts_the_venv_and_the_python_it_was_made_from(
+    tmp_path: Path
+) -> None:
+    venv = _tree(tmp_path / "servers" / "py", "bin/mcp-server-x")
+    base = _tree(tmp_path / "pythons" / "3.12", "bin/python3.12")
+    (venv / "pyvenv.cfg").write_text(f"home = {base}/bin\nversion = 3.12.1\n")
+    needs = infer_needs({"command": str(venv / "bin/mcp-server-x"), "args": ["--repository", "."]},
+                        home=str(tmp_path / "home"), which=_no_program, environ={})
+    assert needs.mounts == [str(venv), str(base)]
+    assert needs.workspace is None  # "." with no known base: a note, not a guess
+    assert any("'.' is relative" in n for n in needs.notes)
+    project = tmp_path / "project"
+    project.mkdir()
+    based = infer_needs({"command": str(venv / "bin/mcp-server-x"), "args": ["--repository", "."]},
+                        base=str(project), home=str(tmp_path / "home"), which=_no_program,
+                        environ={})
+    assert based.workspace == str(project) and based.flags()[:2] == ["--workspace", str(project)]
+
+
+def test_a_relative_script_makes_the_hosts_working_directory_the_workspace(
+    tmp_path: Path
+) -> None:
+    project = _tree(tmp_path / "project", "package.json", "srv/server.py")
+    entry = {"type": "stdio", "command": "python3", "args": ["srv/server.py"],
+             "cwd": "${workspaceFolder}", "env": {"API_BASE": "https://api.example.com/v2"}}
+    needs = infer_needs(entry, base=str(project), home=str(tmp_path / "home"),
+                        which=lambda _: "/usr/bin/python3", environ={})
+    assert needs.workspace == str(project)
+    assert needs.mounts == []  # the script is inside the workspace already
+    assert needs.domains == ["api.example.com"]
+    outside = _tree(tmp_path / "tools" / "finance", "pyproject.toml", "src/finance/server.py")
+    script = infer_needs({"command": "python3", "args": [str(outside / "src/finance/server.py")]},
+                         home=str(tmp_path / "home"), which=lambda _: "/usr/bin/python3",
+                         environ={})
+    assert script.mounts == [str(outside)]  # the project the script belongs to
+
+
+def test_a_launcher_on_path_is_noted_not_mounted(tmp_path: Path) -> None:
+    shim = _tree(tmp_path / "home" / ".pyenv" / "shims", "python3") / "python3"
+    needs = infer_needs({"command": "python3", "args": ["-m", "server"]}, home=str(tmp_path /
+                        "home"), which=lambda _: str(shim), environ={})
+    assert needs.mounts == [] and any(str(shim) in n for n in needs.notes)
+
+
+def test_cli_prints_each_inferred_flag_with_its_reason_and_the_guards_absolute_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem",
+                                             str(ws)]}}}))
+    assert main(["wrap", str(path), "--print"]) == 0
+    out, err = capsys.readouterr()
+    files = json.loads(out)["mcpServers"]["files"]
+    assert os.path.isabs(files["command"]) and os.access(files["command"], os.X_OK)
+    assert files["args"][3:5] == ["--workspace", str(ws)]
+    assert f"--workspace {ws}" in err and "first directory argument" in err
+    assert "registry.npmjs.org" in err
+    from mtguard_rt.commands.wrap import proxy_flags
+
+    if "--allow-domain" in proxy_flags():  # emitted only when this proxy has the flag
+        assert files["args"][5:7] == ["--allow-domain", "registry.npmjs.org"]
+    else:
+        assert "--allow-domain" not in files["args"] and "cannot allow single hosts" in err
+    assert main(["wrap", str(path), "--print", "--no-infer"]) == 0
+    assert "--workspace" not in json.loads(capsys.readouterr().out)["mcpServers"]["files"]["args"]
+    assert main(["wrap", str(path), "--print", f"--proxy-arg=--workspace={tmp_path}",
+                 "--proxy-arg=--network=host"]) == 0
+    args = json.loads(capsys.readouterr().out)["mcpServers"]["files"]["args"]
+    assert args.count(f"--workspace={tmp_path}") == 1 and "--workspace" not in args
+    assert "--allow-domain" not in args
+
+
+def test_project_configs_resolve_relative_arguments_in_the_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    (project / ".vscode").mkdir(parents=True)
+    shutil.copy(HOSTS / "vscode_mcp.json", project / ".vscode" / "mcp.json")
+    _tree(project, "examples/servers/finance.py")
+    assert main(["wrap", str(project / ".vscode" / "mcp.json"), "--print"]) == 0
+    finance = json.loads(capsys.readouterr().out)["servers"]["finance"]
+    assert finance["args"][5:7] == ["--workspace", str(project)]
+    shutil.copy(HOSTS / "claude_code.mcp.json", project / ".mcp.json")
+    assert main(["wrap", str(project / ".mcp.json"), "--print", "--server", "filesystem"]) == 0
+    filesystem = json.loads(capsys.readouterr().out)["mcpServers"]["filesystem"]
+    assert filesystem["args"][3:5] == ["--workspace", str(project)]  # its "." argument

@@ -1,37 +1,50 @@
-"""Put `mtguard proxy` in front of every stdio server of an agent host's MCP config, and back.
+"""Put `mtguard proxy` in front of every server of an agent host's MCP config, and back.
 
 Reads the server tables hosts write: `mcpServers` (Claude Desktop, Cursor, Claude Code's
-`.mcp.json`), `servers` (VS Code's `mcp.json`) and `mcp.servers` (VS Code settings). A stdio
-entry (`command`, no `url`, `type` absent or "stdio") becomes `mtguard proxy --name NAME
-[--env KEY]... [OPTIONS] -- COMMAND ARGS...`; its `env` stays where the host sets it and each
-key is passed into the sandbox by name (values never land on a command line). Wrapping is
-idempotent, and `unwrap_config(wrap_config(c)) == c` for every config (an empty `args` list
-and a missing one are the same to every host). Remote servers (`url`) are left alone.
+`.mcp.json`, and per project in `~/.claude.json`'s `projects`), `servers` (VS Code's
+`mcp.json`) and `mcp.servers` (VS Code settings).
+
+- A stdio entry (`command`, `type` absent or "stdio") becomes `MTGUARD proxy --name NAME
+  [--env KEY]... [NEEDS] [OPTIONS] -- COMMAND ARGS...`; its `env` stays where the host sets it
+  and each key is passed into the sandbox by name (values never land on a command line).
+  NEEDS are the sandbox flags `needs.infer_needs` reads off the entry.
+- A remote entry (`url`, `type` absent or "http") becomes `MTGUARD proxy --name NAME
+  --upstream URL [--upstream-header 'K: V']...`; a bearer `Authorization` header moves to the
+  entry's `env` as `MTGUARD_UPSTREAM_TOKEN` (out of `ps`). Other types (`sse`) stay as they are:
+  `--upstream` speaks streamable HTTP only.
+
+Wrapping is idempotent and `unwrap_config(wrap_config(c)) == c` for every config (an empty
+`args` list and a missing one are the same to every host).
 """
 
 from __future__ import annotations
 
 import copy
-import json
+import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import HostConfigError
+from .needs import Needs, infer_needs
 
 PROXY = "proxy"
 STDIO_TYPES = (None, "stdio")
+REMOTE_TYPES = (None, "http")
+TOKEN_ENV = "MTGUARD_UPSTREAM_TOKEN"  # the proxy's bearer token variable (proxy/remote.py)
+
+Infer = Callable[[str, dict[str, Any], "str | None"], Needs]
 
 
 @dataclass
 class Change:
-    """What happened to one server entry."""
+    """What happened to one server entry, and what was inferred for it (for review)."""
 
     name: str
-    action: str  # "wrapped", "unwrapped", "already wrapped", "not wrapped", "remote", "skipped"
+    action: str  # "wrapped", "unwrapped", "already wrapped", "not wrapped", "skipped", "left"
+    needs: Needs | None = None
+    why: str = ""  # for "left": why the entry cannot be wrapped
 
 
 @dataclass
@@ -44,14 +57,28 @@ class Rewrite:
         return any(c.action in ("wrapped", "unwrapped") for c in self.changes)
 
 
-def server_tables(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The host's server tables inside `config` (one file may hold several)."""
+@dataclass
+class Table:
+    servers: dict[str, Any]
+    base: str | None  # where the host starts these servers, when the config says
+
+
+def server_tables(config: dict[str, Any], base: str | None = None) -> list[Table]:
+    """The host's server tables inside `config` (one file may hold several). `base` is the
+    directory the host starts a project config's servers in; a `projects` map (Claude
+    Code's `~/.claude.json`) names each project's own."""
     tables = []
-    for holder, key in ((config, "mcpServers"), (config, "servers"),
-                        (config.get("mcp"), "servers")):
+    for holder, key, where in ((config, "mcpServers", base), (config, "servers", base),
+                               (config.get("mcp"), "servers", base)):
         table = holder.get(key) if isinstance(holder, dict) else None
         if isinstance(table, dict):
-            tables.append(table)
+            tables.append(Table(table, where))
+    projects = config.get("projects")
+    if isinstance(projects, dict):
+        for path, project in projects.items():
+            table = project.get("mcpServers") if isinstance(project, dict) else None
+            if isinstance(table, dict):
+                tables.append(Table(table, path if os.path.isabs(path) else None))
     return tables
 
 
@@ -60,17 +87,28 @@ def is_stdio(entry: Any) -> bool:
             and "url" not in entry and entry.get("type") in STDIO_TYPES)
 
 
-def is_wrapped(entry: dict[str, Any]) -> bool:
-    """True for an entry that already runs `mtguard proxy ... -- ...`."""
+def is_remote(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("url"), str)
+
+
+def _proxy_args(entry: dict[str, Any]) -> list[str] | None:
     args = entry.get("args")
     name = os.path.basename(str(entry.get("command", "")))
-    return (re.fullmatch(r"mtguard(\.exe)?", name) is not None and isinstance(args, list)
-            and bool(args) and args[0] == PROXY and "--" in args)
+    if (re.fullmatch(r"mtguard(\.exe)?", name) and isinstance(args, list) and args
+            and args[0] == PROXY):
+        return [str(a) for a in args]
+    return None
+
+
+def is_wrapped(entry: dict[str, Any]) -> bool:
+    """True for an entry that already runs `mtguard proxy ... -- ...` or `--upstream`."""
+    args = _proxy_args(entry)
+    return args is not None and ("--" in args or "--upstream" in args)
 
 
 def wrap_entry(
     name: str, entry: dict[str, Any], *, mtguard: str = "mtguard",
-    options: Sequence[str] = (),
+    options: Sequence[str] = (), needs: Needs | None = None,
 ) -> dict[str, Any]:
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -81,14 +119,44 @@ def wrap_entry(
     flags = [PROXY, "--name", name]
     for key in env:
         flags += ["--env", str(key)]
+    inferred = needs.flags() if needs else []
     wrapped = dict(entry)  # keeps the host's keys (env, cwd, type, ...) and their order
     wrapped["command"] = mtguard
-    wrapped["args"] = [*flags, *options, "--", entry["command"], *args]
+    wrapped["args"] = [*flags, *inferred, *options, "--", entry["command"], *args]
+    return wrapped
+
+
+def wrap_remote(
+    name: str, entry: dict[str, Any], *, mtguard: str = "mtguard", options: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A `url` entry as a stdio entry running `mtguard proxy --upstream URL`."""
+    headers = entry.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ValueError(f"server {name!r}: `headers` must be an object of strings")
+    token = headers.get("Authorization", "")
+    token_env = token[len("Bearer "):] if token.startswith("Bearer ") else None
+    args = [PROXY, "--name", name, "--upstream", entry["url"]]
+    for key, value in headers.items():
+        if not (key == "Authorization" and token_env is not None):
+            args += ["--upstream-header", f"{key}: {value}"]
+    args += options
+    wrapped: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == "type":
+            wrapped["type"] = "stdio"
+        elif key == "url":
+            wrapped["command"], wrapped["args"] = mtguard, args
+            if token_env is not None:
+                wrapped["env"] = {TOKEN_ENV: token_env}
+        elif key != "headers":
+            wrapped[key] = value
     return wrapped
 
 
 def unwrap_entry(entry: dict[str, Any]) -> dict[str, Any]:
     args: list[str] = entry["args"]
+    if "--" not in args:
+        return _unwrap_remote(entry)
     server = args[args.index("--") + 1 :]
     if not server:
         raise ValueError("a wrapped entry without a server command after `--`")
@@ -101,142 +169,94 @@ def unwrap_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return restored
 
 
+def _unwrap_remote(entry: dict[str, Any]) -> dict[str, Any]:
+    args: list[str] = entry["args"]
+    headers: dict[str, str] = {}
+    env = dict(entry.get("env") or {})
+    if TOKEN_ENV in env:
+        headers["Authorization"] = f"Bearer {env.pop(TOKEN_ENV)}"
+    for flag, value in itertools.pairwise(args):
+        if flag == "--upstream-header":
+            key, _, val = value.partition(":")
+            headers[key.strip()] = val.strip()
+    restored: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == "type":
+            restored["type"] = "http"
+        elif key == "command":
+            restored["url"] = args[args.index("--upstream") + 1]
+            if headers:
+                restored["headers"] = headers
+        elif key == "env":
+            if env:
+                restored["env"] = env
+        elif key != "args":
+            restored[key] = value
+    return restored
+
+
 def wrap_config(
     config: dict[str, Any], *, mtguard: str = "mtguard", options: Sequence[str] = (),
-    only: Sequence[str] = (),
+    only: Sequence[str] = (), base: str | None = None, infer: Infer | None = None,
 ) -> Rewrite:
-    """A copy of `config` with its stdio servers wrapped (those in `only`, when given)."""
-    return _rewrite(
-        config, only, want_wrapped=False, done="wrapped", skip="already wrapped",
-        change=lambda name, entry: wrap_entry(name, entry, mtguard=mtguard, options=options),
-    )
+    """A copy of `config` with its servers wrapped (those in `only`, when given).
+
+    `infer(name, entry, base)` gives each stdio server's sandbox needs (default: none; the
+    CLI passes `default_infer`); `base` is where the host starts the config's servers.
+    """
+
+    def change(name: str, entry: dict[str, Any], where: str | None) -> _Done:
+        if is_remote(entry):
+            if entry.get("type") not in REMOTE_TYPES:
+                return Change(name, "left", why=f"type {entry.get('type')!r}: --upstream "
+                              "speaks streamable HTTP only"), None
+            return Change(name, "wrapped"), wrap_remote(name, entry, mtguard=mtguard,
+                                                        options=options)
+        needs = infer(name, entry, where) if infer else None
+        wrapped = wrap_entry(name, entry, mtguard=mtguard, options=options, needs=needs)
+        return Change(name, "wrapped", needs), wrapped
+
+    return _rewrite(config, only, base, want_wrapped=False, skip="already wrapped",
+                    change=change)
 
 
 def unwrap_config(config: dict[str, Any], *, only: Sequence[str] = ()) -> Rewrite:
     return _rewrite(
-        config, only, want_wrapped=True, done="unwrapped", skip="not wrapped",
-        change=lambda _name, entry: unwrap_entry(entry),
+        config, only, None, want_wrapped=True, skip="not wrapped",
+        change=lambda name, entry, _where: (Change(name, "unwrapped"), unwrap_entry(entry)),
     )
 
 
+_Done = tuple[Change, "dict[str, Any] | None"]
+
+
 def _rewrite(
-    config: dict[str, Any], only: Sequence[str], *, want_wrapped: bool, done: str, skip: str,
-    change: Callable[[str, dict[str, Any]], dict[str, Any]],
+    config: dict[str, Any], only: Sequence[str], base: str | None, *, want_wrapped: bool,
+    skip: str, change: Callable[[str, dict[str, Any], str | None], _Done],
 ) -> Rewrite:
-    """Apply `change` to every stdio server whose wrapped state is `want_wrapped`."""
+    """Apply `change` to every server whose wrapped state is `want_wrapped`."""
     out = copy.deepcopy(config)
     changes = []
-    for table in server_tables(out):
-        for name, entry in table.items():
+    for table in server_tables(out, base):
+        for name, entry in table.servers.items():
             if only and name not in only:
-                action = "skipped"
-            elif not is_stdio(entry):
-                action = "remote"
+                done = Change(name, "skipped")
+            elif not (is_stdio(entry) or is_remote(entry)):
+                done = Change(name, "left", why="neither a stdio command nor a url")
             elif is_wrapped(entry) != want_wrapped:
-                action = skip
+                done = Change(name, skip)
             else:
-                table[name] = change(name, entry)
-                action = done
-            changes.append(Change(name, action))
+                done, replacement = change(name, entry, table.base)
+                if replacement is not None:
+                    table.servers[name] = replacement
+            changes.append(done)
     return Rewrite(out, changes)
 
 
-# -- files ------------------------------------------------------------------------------------
-
-_JSONC = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*|/\*.*?\*/|,(?=\s*[}\]])', re.S)
-
-
-def strip_jsonc(text: str) -> tuple[str, bool]:
-    """JSON from VS Code's JSON-with-comments (comments and trailing commas dropped)."""
-    dropped = False
-
-    def keep(m: re.Match[str]) -> str:
-        nonlocal dropped
-        if m.group(0).startswith('"'):
-            return m.group(0)
-        dropped = dropped or m.group(0).startswith("/")
-        return ""
-
-    return _JSONC.sub(keep, text), dropped
+def default_infer(name: str, entry: dict[str, Any], base: str | None) -> Needs:
+    return infer_needs(entry, base=base)
 
 
-@dataclass
-class HostConfigFile:
-    path: Path
-    config: dict[str, Any]
-    indent: str | int
-    had_comments: bool
-
-
-def read_host_config(path: str | os.PathLike[str]) -> HostConfigFile:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HostConfigError(str(p), f"cannot read: {exc}") from exc
-    plain, had_comments = strip_jsonc(text)
-    try:
-        config = json.loads(plain)
-    except json.JSONDecodeError as exc:
-        raise HostConfigError(str(p), f"not JSON: line {exc.lineno}: {exc.msg}") from exc
-    if not isinstance(config, dict) or not server_tables(config):
-        raise HostConfigError(str(p), "no MCP server table (`mcpServers`, `servers` or "
-                              "`mcp.servers`) in this file")
-    m = re.search(r"^([ \t]+)\S", text, re.M)
-    indent: str | int = (m.group(1) if "\t" in m.group(1) else len(m.group(1))) if m else 2
-    return HostConfigFile(p, config, indent, had_comments)
-
-
-INLINE_WIDTH = 100  # a list of scalars that fits in this many columns stays on one line
-
-
-def render_config(config: dict[str, Any], indent: str | int = 2) -> str:
-    """JSON as people write host configs: nested objects indented, short lists inline."""
-    step = indent if isinstance(indent, str) else " " * indent
-    return _render(config, step, "") + "\n"
-
-
-def _render(value: Any, step: str, at: str) -> str:
-    inner = at + step
-    if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_render(v, step, inner)}"
-                 for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{at}}}"
-    if isinstance(value, list) and value:
-        if not any(isinstance(v, dict | list) for v in value):
-            flat = json.dumps(value, ensure_ascii=False)
-            if len(inner) + len(flat) <= INLINE_WIDTH:
-                return flat
-        return "[\n" + ",\n".join(inner + _render(v, step, inner) for v in value) + f"\n{at}]"
-    return json.dumps(value, ensure_ascii=False)
-
-
-def write_host_config(file: HostConfigFile, config: dict[str, Any]) -> Path:
-    """Replace the file atomically after copying the original to `<file>.bak`. When the
-    existing backup holds exactly `config` (an unwrap after a wrap), its bytes come back,
-    comments and layout included."""
-    backup = file.path.with_name(file.path.name + ".bak")
-    tmp = file.path.with_name(f".{file.path.name}.mtguard-tmp")
-    text = render_config(config, file.indent)
-    try:
-        if backup.is_file():
-            old = backup.read_text(encoding="utf-8")
-            try:
-                if json.loads(strip_jsonc(old)[0]) == config:
-                    text = old
-            except json.JSONDecodeError:
-                pass
-        backup.write_bytes(file.path.read_bytes())
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, file.path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise HostConfigError(str(file.path), f"cannot write: {exc.strerror or exc}") from exc
-    return backup
-
-
-__all__ = [
-    "Change", "HostConfigFile", "Rewrite", "is_stdio", "is_wrapped", "read_host_config",
-    "render_config", "strip_jsonc", "unwrap_config", "unwrap_entry", "wrap_config",
-    "wrap_entry", "write_host_config",
-]
+__all__ = ["Change", "Rewrite", "Table", "default_infer", "is_remote", "is_stdio",
+           "is_wrapped", "server_tables", "unwrap_config", "unwrap_entry", "wrap_config",
+           "wrap_entry", "wrap_remote"]
