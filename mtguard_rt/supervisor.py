@@ -252,6 +252,7 @@ class Supervisor:
             task=task,
             history=history,
             input_schema=schema,
+            annotations=dict(self.tools.get(tool, {}).get("annotations") or {}),
             tools_by_server=servers,
             recent_calls=list(self.recent),
             canaries=self.canaries,

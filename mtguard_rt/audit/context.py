@@ -37,6 +37,10 @@ class CallContext:
     # never shown to the judge.
     untrusted: UntrustedText = field(default_factory=UntrustedText)
     scan_limit: int = MAX_SCAN_CHARS
+    # The tool's MCP annotations (readOnlyHint, ...: the server's word, they only narrow) and
+    # this server's learnt baseline (`expected.ServerBaseline`, attached by the engine).
+    annotations: dict[str, Any] = field(default_factory=dict)
+    baseline: Any = None
     _decoded: dict[int, list[tuple[str, str, str]]] = field(
         default_factory=dict, init=False, repr=False
     )

@@ -17,6 +17,7 @@ import msgspec
 
 from ..model import BehaviorTree, Phase, Verdict, Violation
 from .context import CallContext
+from .expected import ServerBaseline
 from .judge import JudgeAnswer, LlmJudge
 from .pins import ToolChange
 from .policy import Policy
@@ -86,6 +87,12 @@ class PolicyEngine:
         self.judge = judge
         self.observe = observe or policy.observe
         self.simplify = simplify or summarize
+        # What each server executes on every call (learnt online from its first calls).
+        self.baselines: dict[str, ServerBaseline] = {}
+
+    def _attach(self, ctx: CallContext) -> None:
+        if ctx.baseline is None:
+            ctx.baseline = self.baselines.setdefault(ctx.call.server, ServerBaseline())
 
     def _finish(self, phase: Phase, found: list[Violation], skipped: list[str]) -> Verdict:
         if self.observe:
@@ -112,6 +119,7 @@ class PolicyEngine:
 
     def pre_rules(self, ctx: CallContext) -> Verdict:
         """The pre-execution code rules alone (no judge): a pure, synchronous verdict."""
+        self._attach(ctx)
         found: list[Violation] = []
         skipped: list[str] = []
         for rule, fn in PRE_RULES:
@@ -132,6 +140,7 @@ class PolicyEngine:
         """The post-execution code rules alone (no judge) on the raw tree and the result."""
         found: list[Violation] = []
         skipped: list[str] = []
+        self._attach(ctx)
         view = TreeView.build(tree, self.policy, ctx.canaries)
         for rule, fn in POST_RULES:
             if self.policy.mode_of(rule) == "off":
@@ -145,7 +154,11 @@ class PolicyEngine:
                 skipped.append(f"{rule}: nothing was traced")
                 continue
             found.extend(self._guard(rule, "post", partial(fn, ctx, view, result, self.policy)))
-        return self._finish("post", found, skipped)
+        verdict = self._finish("post", found, skipped)
+        clean = all(self.policy.mode_of(v.rule) != "enforce" for v in found)
+        if clean and isinstance(ctx.baseline, ServerBaseline):
+            ctx.baseline.learn(ctx, view, self.policy)  # an allowed call: housekeeping to learn
+        return verdict
 
     async def pre_audit(self, ctx: CallContext) -> Verdict:
         verdict = self.pre_rules(ctx)

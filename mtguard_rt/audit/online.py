@@ -29,6 +29,7 @@ from ..model import (
     call_digest,
 )
 from .context import CallContext
+from .expected import Expected
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
 from .rules_files import took_effect
@@ -57,7 +58,8 @@ class OnlineRules:
         self.policy = policy
         self.ctx = ctx
         self._on = {r for r in ONLINE_RULES if policy.mode_of(r) != "off"}
-        self._command_tool = policy.is_command_tool(ctx.call.tool, ctx.input_schema)
+        self._expected = Expected.of(ctx, policy)
+        self._command_tool = self._expected.command_tool
         names = allowed_names(ctx, policy)
         ips = set(policy.allowed_addresses)
         ips.update(ip for n in names if (ip := canonical_ip(n)) is not None)
@@ -125,9 +127,18 @@ class OnlineRules:
         argv = ev.argv or [ev.path]
         if not (self.policy.is_shell(ev.path) or self.policy.is_shell(argv[0])):
             return None
+        # A shell is evidence, not a verdict: only what its command line alone proves (a
+        # dangerous pattern, a secret or persistence path the arguments do not name) decides
+        # here; what it then does is judged on the tree.
+        exp = self._expected
+        if exp.exec_why(ev.path, argv) is not None:
+            return None
+        effects = exp.command_effects(proc, ev.path, argv)
+        if not effects:
+            return None
         reason = f"{self.ctx.call.tool!r} is not a command tool but spawned a shell or interpreter"
         line = f"{label(proc)} executed {shlex.join(argv)}"
-        return violation("unexpected-shell", self.policy, "post", reason, [line])
+        return violation("unexpected-shell", self.policy, "post", reason, [line, *effects])
 
     def _net(self, proc: ProcessNode, ev: NetEvent) -> Violation | None:
         if "unexpected-network" not in self._on or not ev.egress or self._names_given:

@@ -1,121 +1,98 @@
-"""Post-execution process rules: unexpected shells, command mismatch, privilege probing.
+"""Post-execution process rules: unexplained execs with effects, privilege probing.
 
 Only processes spawned during the call (`learned == "observed"`) count as executions: the
-long-lived server (`seeded`) is its own interpreter. For command-running tools every
-observed exec must be one of the declared simple commands, the shell wrapping the declared
-script, or a descendant of a declared program (`make` may run `cc`).
+long-lived server (`seeded`) is its own interpreter. A shell or interpreter running is
+evidence, not a verdict (`expected.py`): `unexpected-shell` (a tool whose job is not running
+commands) and `command-mismatch` (a command tool running something it did not declare) deny
+only an exec that the call does not explain (declared command, the tool's job, its learnt
+profile, the server's baseline) whose subtree did something security-relevant; the
+evidence names the exec and each effect.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any
 
-from ..model import Violation
-from .commands import exec_matches, peel, shell_payload, split_commands
+from ..model import ProcessNode, Violation
 from .context import CallContext
-from .patterns import HOME_RE
+from .expected import Expected
 from .policy import PRIVILEGED, Policy, basename
 from .rules_pre import violation
-from .text import leaf_key
 from .treeview import TreeView, describe, label
 
-ARGV_LISTS = frozenset({"args", "argv", "arguments"})
-# Builtins a server may wrap around a declared command without running anything else.
-HARMLESS_BUILTINS = frozenset({"cd", "export", "set", "umask", "true", ":", "unset", "wait"})
+MAX_EFFECTS = 6  # effect lines shown per unexplained exec
+
+
+def _unexplained(
+    exp: Expected, view: TreeView, shells_only: bool
+) -> list[tuple[ProcessNode, str, list[str], list[str]]]:
+    """(process, exe, argv, effects) of each unexplained exec whose subtree had a relevant
+    effect; one per subtree (an unexplained child of a reported exec is its effect)."""
+    out: list[tuple[ProcessNode, str, list[str], list[str]]] = []
+    reported: set[str] = set()
+    for p, exe, argv in view.execs:
+        if shells_only and not (exp.policy.is_shell(exe) or exp.policy.is_shell(argv[0])):
+            continue
+        why = exp.why(view, p, exe, argv)
+        if why not in (None, "baseline"):
+            continue
+        if p.key in reported or any(a.key in reported for a in view.ancestors(p)):
+            continue
+        effects = exp.effects(view, p)
+        if effects:
+            reported.add(p.key)
+            out.append((p, exe, argv, effects))
+    return out
+
+
+def _evidence(found: list[tuple[ProcessNode, str, list[str], list[str]]]) -> list[str]:
+    ev: list[str] = []
+    for p, _exe, argv, effects in found:
+        ev.append(f"{label(p)} executed {shlex.join(argv)}")
+        ev.extend(f"  {e}" for e in effects[:MAX_EFFECTS])
+    return ev
 
 
 def unexpected_shell(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    if policy.is_command_tool(ctx.call.tool, ctx.input_schema):
+    exp = Expected.of(ctx, policy)
+    if exp.command_tool:
         return []
-    ev = [
-        f"{label(p)} executed {shlex.join(argv)}"
-        for p, exe, argv in view.execs
-        if policy.is_shell(exe) or policy.is_shell(argv[0])
-    ]
-    if not ev:
+    found = _unexplained(exp, view, shells_only=True)
+    if not found:
         return []
     return [
         violation(
             "unexpected-shell",
             policy,
             "post",
-            f"{ctx.call.tool!r} is not a command tool but spawned a shell or interpreter",
-            ev,
+            f"{ctx.call.tool!r} is not a command tool but spawned a shell or interpreter "
+            "that did something security-relevant the call does not explain",
+            _evidence(found),
         )
     ]
-
-
-def declared_commands(ctx: CallContext, policy: Policy) -> list[str]:
-    """The command text(s) the call declared, argv-style lists joined onto their command."""
-    args = ctx.call.arguments
-    texts = [t for k, t in ctx.arg_items if leaf_key(k).lower() in policy.command_arguments]
-    for key, value in args.items():
-        if key.lower() in ARGV_LISTS and isinstance(value, list):
-            head = next((args[k] for k in args if k.lower() in policy.command_arguments), "")
-            texts.append(shlex.join([str(head), *map(str, value)]).strip())
-    return texts or ctx.arg_texts
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _script_declared(
-    script: str,
-    squashed: list[str],
-    declared: list[list[str]],
-    policy: Policy,
-    home: str | None,
-) -> bool:
-    """A shell's script is the declared command line, or only declared commands and
-    harmless builtins (a server may prepend `cd /workspace &&`)."""
-    if any(_squash(script) in s for s in squashed):
-        return True
-    return all(
-        words[0] in HARMLESS_BUILTINS or exec_matches(words[0], words, declared, home)
-        for words in split_commands(script, policy.wrappers)
-    )
 
 
 def command_mismatch(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    if not policy.is_command_tool(ctx.call.tool, ctx.input_schema):
+    exp = Expected.of(ctx, policy)
+    if not exp.command_tool:
         return []
-    texts = declared_commands(ctx, policy)
-    declared = [w for t in texts for w in split_commands(t, policy.wrappers)]
-    squashed = [_squash(t) for t in texts]
-    home = next((m.group(0) for c in ctx.canaries if (m := re.match(HOME_RE, c))), None)
-    declared_procs: set[str] = set()
-    suspects: list[tuple[str, str]] = []
-    for p, exe, argv in view.execs:
-        peeled = peel(argv, policy.wrappers)
-        shell = policy.is_shell(exe) or (bool(peeled) and policy.is_shell(peeled[0]))
-        script = shell_payload(peeled) if shell else None
-        if script is not None and _script_declared(script, squashed, declared, policy, home):
-            continue  # the shell that runs the declared command line
-        if exec_matches(exe, peeled, declared, home):
-            declared_procs.add(p.key)
-            continue
-        suspects.append((p.key, f"{label(p)} executed {shlex.join(argv)}"))
-    ev = [
-        line
-        for key, line in suspects
-        if not any(a.key in declared_procs for a in view.ancestors(view.by_key[key]))
-    ]
-    if not ev:
+    found = _unexplained(exp, view, shells_only=False)
+    if not found:
         return []
-    ev.append(f"declared: {' ; '.join(texts)[:200]}")
+    ev = _evidence(found)
+    ev.append(f"declared: {' ; '.join(exp.declared_texts)[:200]}")
     return [
         violation(
             "command-mismatch",
             policy,
             "post",
-            "observed commands differ from the declared command",
+            "observed commands differ from the declared command and did something "
+            "security-relevant",
             ev,
         )
     ]

@@ -202,7 +202,7 @@ async def test_a_broken_rule_fails_closed(monkeypatch: pytest.MonkeyPatch) -> No
 async def test_verdicts_round_trip_as_json() -> None:
     ctx = ctx_for("get_weather", {"city": "Paris"})
     tree = server_tree(ctx.call)
-    child(tree, 42, ["sh", "-c", "id"])
+    child(tree, 42, ["sh", "-c", "id; kill -9 1"])  # a shell that signals another process
     v = await PolicyEngine(load_policy()).post_verify(ctx, tree, RESULT)
     from mtguard_rt.model import Verdict
 

@@ -60,11 +60,15 @@ def test_persistence_write_fires_unless_the_arguments_name_it() -> None:
     assert rules(path="x").check(CHILD, opened("/etc/cron.d/job")) is None  # a read
 
 
-def test_shell_exec_fires_for_non_command_tools_only() -> None:
-    sh = ExecEvent(ts_ns=1, path="/usr/bin/sh", argv=["sh", "-c", "id"])
+def test_shell_exec_fires_only_on_what_its_command_line_proves() -> None:
+    probe = ExecEvent(ts_ns=1, path="/usr/bin/sh", argv=["sh", "-c", "python3 --version"])
+    assert rules("read_file", path="a").check(CHILD, probe) is None  # a shell alone: evidence
+    sh = ExecEvent(ts_ns=1, path="/usr/bin/sh", argv=["sh", "-c", "cat ~/.ssh/id_rsa"])
     v = rules("read_file", path="a").check(CHILD, sh)
     assert v is not None and v.rule == "unexpected-shell"
-    assert v.evidence == ["pid 200 /usr/bin/cat executed sh -c id"]
+    assert v.evidence[0] == "pid 200 /usr/bin/cat executed sh -c 'cat ~/.ssh/id_rsa'"
+    assert "names /home/mtguard/.ssh/id_rsa" in v.evidence[1]
+    assert rules("read_file", path="~/.ssh/id_rsa").check(CHILD, sh) is None  # asked for
     assert rules("run_command", command="id").check(CHILD, sh) is None
     assert rules("read_file", path="a").check(SERVER, sh) is None  # the server itself
     ls = ExecEvent(ts_ns=1, path="/usr/bin/ls", argv=["ls"])
