@@ -4,6 +4,11 @@ Replays the MCP-SafetyBench scenarios (plus the 16 tool-call-hook cases) through
 real sandboxed servers, then prints the report and writes `DIR/report.md`, `DIR/report.json`
 and the raw per-call records `DIR/run.json`. `--from RUN.json` re-renders a recorded run
 (baselines replay on its records) without running anything. Progress goes to stderr.
+
+`mtguard eval --suite real [--server NAME ...] [--out DIR]` runs the benign real-server suite
+instead: each registry server's session unguarded and through `mtguard proxy`, compared call by
+call; `DIR/report.md` and `DIR/report.json` list false positives (rule, evidence), broken calls
+and added latency; the exit code is 1 if any call was denied or broken.
 """
 
 from __future__ import annotations
@@ -41,6 +46,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
     p.add_argument(
+        "--suite",
+        choices=("corpus", "real"),
+        default="corpus",
+        help="corpus: the attack corpus (default); real: the benign real-server suite",
+    )
+    p.add_argument(
+        "--server",
+        action="append",
+        metavar="NAME",
+        help="--suite real: only this server's session (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--sessions",
+        metavar="DIR",
+        help="--suite real: session files (default: the shipped ones)",
+    )
+    p.add_argument(
         "--domain",
         choices=DOMAINS,
         action="append",
@@ -52,7 +74,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=list(SOURCES),
         help="attack sources, comma-separated (default: server,host,user)",
     )
-    p.add_argument("--out", metavar="DIR", default="eval-out", help="where to write the report")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to write the report (default: eval-out, or eval-out-real for --suite real)",
+    )
     p.add_argument(
         "--corpus", metavar="DIR", help="MCP-SafetyBench folder (default: ../shared/...)"
     )
@@ -84,7 +110,9 @@ def handler(args: argparse.Namespace) -> int:
     from ..eval.report import render_json, render_markdown
     from ..eval.runner import EvalOptions, run_decoder, run_encoder
 
-    out = Path(args.out)
+    if args.suite == "real":
+        return _real_suite(args)
+    out = Path(args.out or "eval-out")
     if args.from_run:
         try:
             run = run_decoder.decode(Path(args.from_run).read_bytes())
@@ -126,3 +154,22 @@ async def _run(scenarios: list[Scenario], options: EvalOptions) -> EvalRun:
     from ..eval.runner import run_evaluation
 
     return await run_evaluation(scenarios, options, progress=sys.stderr)
+
+
+def _real_suite(args: argparse.Namespace) -> int:
+    from ..eval.realsuite.report import failed, render_json, render_markdown
+    from ..eval.realsuite.runner import run_suite, suite_encoder
+    from ..eval.realsuite.session import load_sessions
+
+    sessions = load_sessions(args.server, args.sessions)
+    out = Path(args.out or "eval-out-real")
+    out.mkdir(parents=True, exist_ok=True)
+    command = "mtguard " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+    run = anyio.run(lambda: run_suite(sessions, command=command), backend="trio")
+    (out / "run.json").write_bytes(suite_encoder.encode(run))
+    markdown = render_markdown(run)
+    (out / "report.md").write_text(markdown)
+    (out / "report.json").write_text(render_json(run))
+    print(markdown)
+    print(f"wrote {out / 'report.md'}, {out / 'report.json'}", file=sys.stderr)
+    return 1 if failed(run) else 0
