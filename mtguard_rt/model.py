@@ -147,6 +147,9 @@ class StdioMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     size: int = 0  # bytes of the line
     truncated: bool = False
     error: bool = False  # a response carrying `error` instead of `result`
+    # tools/call: the guard's call whose request this is (set by the guard from what it sent;
+    # a request read after its own call's window, in a later one or between calls, is late)
+    dispatched_by: str | None = None
 
 
 class StdioCapture(msgspec.Struct, kw_only=True, omit_defaults=True):

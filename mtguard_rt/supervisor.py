@@ -25,7 +25,7 @@ import msgspec
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
-from .audit.rules_integrity import stamp_stdio
+from .audit.rules_integrity import DispatchLedger, stamp_stdio
 from .errors import ServerExited
 from .model import (
     AuditRecord,
@@ -171,6 +171,9 @@ class Supervisor:
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
         # What this server said (descriptions, recent results) for the provenance rules.
         self.untrusted = UntrustedLog(name)
+        # every tools/call sent to this sandbox until read: the guard's own are declared
+        # even when the server reads them late (a later window, between calls)
+        self.ledger = DispatchLedger(name)
         self._lock = anyio.Lock()
         self._serial = 0
 
@@ -385,7 +388,7 @@ class Supervisor:
         killed: list[str] = []
         hook = None
         if online is not None and self.watch is not None:
-            online.expect(request_id, self.name)  # online integrity: this sandbox reads it
+            online.expect(request_id, self.name, self.ledger)  # online integrity: it reads it
             hook = self._online_hook(declared.call_id, online, stop, killed)
         async with self._lock:
             if self.rollback is not None:
@@ -397,6 +400,7 @@ class Supervisor:
             )
             async with window_cm as window:
                 slot = self.upstream.expect(request_id)
+                self.ledger.sent(request_id, declared)
                 try:
                     await self.upstream.send(
                         {
@@ -441,7 +445,7 @@ class Supervisor:
             kill = Violation(rule="kill-on-touch", phase="post", mode="enforce", reason=why)
             kill.evidence = kernel
             online.fired.append(kill)
-        stamp_stdio(window.tree, self.name, request_id, answered=response is not None)
+        stamp_stdio(window.tree, self.name, request_id, response is not None, self.ledger)
         return response, error, window.tree, t_resp, bool(killed or kernel)
 
     async def _replay(self, params: Message, request_id: Any, times: int) -> None:

@@ -11,7 +11,8 @@ The call's integrity rules run online too, on each whole tools/call the server's
 yields (kernel-witnessed, `StdioMessage`; truncated ones never decide): `request-mismatch`
 when the call's own request (the guard's JSON-RPC id, `expect()`) is another tool, other
 arguments or read by another server than the declared one; `undeclared-request` for any
-further tools/call read in the window (a replay, an injected call).
+further tools/call read in the window (a replay, an injected call), except one the guard
+itself sent for another call (`DispatchLedger`): a server reading its stdin late is no attack.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from .expected import Expected
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
 from .rules_files import took_effect
-from .rules_integrity import MISMATCH_WHY, UNDECLARED_WHY, mismatch_evidence, undeclared_line
+from .rules_integrity import (
+    MISMATCH_WHY,
+    UNDECLARED_WHY,
+    DispatchLedger,
+    mismatch_evidence,
+    undeclared_line,
+)
 from .rules_net import allowed_names, egress_text
 from .rules_pre import violation
 from .text import names_path
@@ -71,14 +78,17 @@ class OnlineRules:
         self._request_id: Any = None  # the JSON-RPC id the guard sends the call with
         self._reader: str | None = None  # the server whose sandbox is watched (may be routed)
         self._own: StdioMessage | None = None  # the call's own request, once read
+        self._ledger: DispatchLedger | None = None  # what the guard sent to that sandbox
 
-    def expect(self, request_id: Any, server: str) -> None:
-        """Before dispatch: the id the guard sends this call with, and the server (sandbox)
-        it is sent to (another than the declared one when the host routed it)."""
+    def expect(self, request_id: Any, server: str, ledger: DispatchLedger | None = None) -> None:
+        """Before dispatch: the id the guard sends this call with, the server (sandbox) it is
+        sent to (another than the declared one when the host routed it) and that sandbox's
+        ledger of the guard's own requests."""
         valid = isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
         self._request_id = request_id if valid else None
         self._reader = server
         self._own = None
+        self._ledger = ledger
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):
@@ -157,14 +167,19 @@ class OnlineRules:
         if m.method != "tools/call" or m.truncated or self._reader is None:
             return None  # not a call, not captured whole (unverified), or not dispatched yet
         own = self._own
+        ledger, call_id = self._ledger, self.ctx.call.call_id
         if own is None and (self._request_id is None or m.id == self._request_id):
             self._own = m
+            if ledger is not None:
+                ledger.claim(m, call_id)
             if "request-mismatch" not in self._on:
                 return None
             ev = mismatch_evidence(self.ctx.call, m, self._reader)
             if not ev:
                 return None
             return violation("request-mismatch", self.policy, "post", MISMATCH_WHY, ev)
+        if ledger is not None and ledger.claim(m) not in (None, call_id):
+            return None  # another call's request the guard sent, read late: declared
         if "undeclared-request" not in self._on:
             return None
         line = undeclared_line(m, own)

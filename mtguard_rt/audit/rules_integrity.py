@@ -11,11 +11,14 @@ change what is sent or returned, but not what the kernel saw.
   previous one (reported on the next call).
 - `result-tampered`: the result the guard is about to return is not the one the server wrote.
 Only whole, parsed messages count: truncated or lost capture is "unverified" in the tree and
-never a deny by itself.
+never a deny by itself. A tools/call the guard itself sent (`DispatchLedger`: its id and the
+declared call) is declared wherever it is read: a server that reads its stdin late (busy,
+single-threaded, a call abandoned at its timeout) reads it in a later window or between calls.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -45,10 +48,77 @@ def _show(value: Any) -> str:
     return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 3] + "..."
 
 
-def stamp_stdio(tree: BehaviorTree, server: str, request_id: Any, answered: bool) -> None:
+LEDGER_SIZE = 512  # requests remembered per sandbox until read; one older still is undeclared
+IdKey = tuple[bool, Any]
+
+
+def _id_key(request_id: Any) -> IdKey | None:
+    """A JSON-RPC id as a dict key ("1" and 1 are different ids), None when not an id."""
+    if not isinstance(request_id, str | int | float) or isinstance(request_id, bool):
+        return None
+    return (isinstance(request_id, str), request_id)
+
+
+class DispatchLedger:
+    """Every tools/call the guard sent to one sandbox, by JSON-RPC id, until its server reads
+    it. One send covers one read: `claim()` marks a read request as the guard's own
+    (`StdioMessage.dispatched_by`), so a second read of it is a replay. A request read after
+    its own call's window is claimed only if it is the declared call of that id for this
+    server (a swapped or re-routed request stays undeclared)."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._sent: OrderedDict[IdKey, list[tuple[str, str, str]]] = OrderedDict()
+
+    def sent(self, request_id: Any, declared: DeclaredCall) -> None:
+        """Before the send: `request_id` carries `declared` (call id, digest, server)."""
+        key = _id_key(request_id)
+        if key is None:
+            return
+        entry = (declared.call_id, call_digest(declared.tool, declared.arguments), declared.server)
+        self._sent.setdefault(key, []).append(entry)
+        self._sent.move_to_end(key)
+        while len(self._sent) > LEDGER_SIZE:
+            self._sent.popitem(last=False)
+
+    def claim(self, m: StdioMessage, own_call: str | None = None) -> str | None:
+        """The guard's call whose request `m` (a whole tools/call just read) is, or None.
+        `own_call`: the call whose window reads it; its own request is claimed by id alone
+        (request-mismatch judges its content), any other call's only when identical to it."""
+        if m.dispatched_by is not None:
+            return m.dispatched_by
+        key = _id_key(m.id)
+        entries = self._sent.get(key) if key is not None else None
+        if m.method != "tools/call" or m.truncated or not entries:
+            return None
+        for i, (call_id, digest, server) in enumerate(entries):
+            if call_id == own_call or (digest == m.digest and server == self.server):
+                del entries[i]
+                if not entries:
+                    del self._sent[key]  # type: ignore[arg-type]
+                m.dispatched_by = call_id
+                return call_id
+        return None
+
+    def claim_all(self, cap: StdioCapture, own_call: str) -> None:
+        """Post-verification's pass, in reading order (those read before the window first):
+        what the online rules did not claim already."""
+        for m in (*cap.between_calls, *cap.requests):
+            if m.method == "tools/call" and (m.id == cap.request_id or m.dispatched_by is None):
+                self.claim(m, own_call if m.id == cap.request_id else None)
+
+
+def stamp_stdio(
+    tree: BehaviorTree,
+    server: str,
+    request_id: Any,
+    answered: bool,
+    ledger: DispatchLedger | None = None,
+) -> None:
     """Record on the tree which server's sandbox was watched and the JSON-RPC id the guard
-    sent the call with (the guard's own knowledge, after the window). When the capture holds
-    no such request, say so: the call is unverified, not denied."""
+    sent the call with (the guard's own knowledge, after the window), and which requests read
+    are the guard's own (`ledger`). When the capture holds no such request, say so: the call
+    is unverified, not denied."""
     cap = tree.stdio
     if cap is None:
         return
@@ -56,6 +126,8 @@ def stamp_stdio(tree: BehaviorTree, server: str, request_id: Any, answered: bool
     valid = isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
     cap.request_id = request_id if valid else str(request_id)
     cap.answered = answered
+    if ledger is not None and not cap.lossy:
+        ledger.claim_all(cap, tree.call.call_id)
     if _sent_request(cap) is None:
         why = f"the request (id {cap.request_id!r}) was not seen on the server's stdin"
         cap.unverified.append(why)
@@ -87,9 +159,14 @@ def _calls_read(
     """(the call's own read request, every tools/call read in the window). Without the
     guard's id or an identical request, the first call read stands for it: a changed call
     is request-mismatch's, the ones after it undeclared-request's."""
-    calls = [m for m in cap.requests if m.method == "tools/call"]
+    calls = [m for m in cap.requests if m.method == "tools/call" and _not_late(m, call)]
     own = _own_request(cap, call_digest(call.tool, call.arguments))
     return (own or (calls[0] if calls else None)), calls
+
+
+def _not_late(m: StdioMessage, call: DeclaredCall) -> bool:
+    """Not another guarded call's request read late (those are declared, by their call)."""
+    return m.dispatched_by is None or m.dispatched_by == call.call_id
 
 
 def _capture(view: TreeView) -> StdioCapture | None:
@@ -167,7 +244,7 @@ def undeclared_request(
         return []
     own, calls = _calls_read(cap, ctx.call)
     extra = [m for m in calls if m is not own]
-    before = [m for m in cap.between_calls if m.method == "tools/call"]
+    before = [m for m in cap.between_calls if m.method == "tools/call" and m.dispatched_by is None]
     if not extra and not before:
         return []
     ev = [undeclared_line(m, own) for m in extra]

@@ -8,6 +8,7 @@ from typing import Any
 from mtguard_rt.audit import POST_RULES, load_policy
 from mtguard_rt.audit.engine import PolicyEngine, PostRule
 from mtguard_rt.audit.rules_integrity import (
+    DispatchLedger,
     request_mismatch,
     result_tampered,
     stamp_stdio,
@@ -16,6 +17,7 @@ from mtguard_rt.audit.rules_integrity import (
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import (
     BehaviorTree,
+    DeclaredCall,
     StdioCapture,
     StdioMessage,
     Violation,
@@ -87,7 +89,7 @@ def test_request_mismatch_names_the_changed_argument_and_tool() -> None:
     (v,) = run(request_mismatch, tree_with([request("get_prices", swapped)]))
     assert v.mode == "enforce" and v.evidence == [
         "argument 'extra' received 1, not declared",
-        "argument 'ticker': declared \"AAPL\", received \"TSLA\"",
+        'argument \'ticker\': declared "AAPL", received "TSLA"',
     ]
     (v,) = run(request_mismatch, tree_with([request("get_news", ARGS)]))
     assert v.evidence == ["the server read tools/call 'get_news'; declared 'get_prices'"]
@@ -124,6 +126,39 @@ def test_undeclared_request_flags_replays_and_injected_calls() -> None:
     ]
 
 
+def test_requests_the_guard_sent_for_other_calls_are_declared_when_read_late() -> None:
+    """A server reading its stdin late reads earlier calls' requests in this window or
+    between calls: the guard sent them (ledger), so they are declared, once each; a second
+    read of one send, or a request other than the one declared under that id, is not."""
+    ledger = DispatchLedger("srv")
+
+    def sent(call_id: str, rid: str, tool: str, arguments: Any) -> None:
+        ledger.sent(
+            rid, DeclaredCall(call_id=call_id, server="srv", tool=tool, arguments=arguments)
+        )
+
+    sent("c-2", "h-2", "get_news", {"q": "a"})
+    sent("c-3", "h-3", "get_news", {"q": "b"})  # the seam swapped it: read as a transfer
+    sent("c0", "h-0", "get_news", {"q": "x"})
+    sent("c1", RID, "get_prices", ARGS)  # this call (ctx_for's call id)
+    late = request("get_news", {"q": "x"}, rid="h-0")
+    replayed = request("get_news", {"q": "x"}, rid="h-0")  # one send covers one read
+    tree = server_tree(ctx_for("get_prices", ARGS).call, noise=5)
+    tree.stdio = StdioCapture(requests=[late, request("get_prices", ARGS), replayed])
+    tree.stdio.between_calls = [
+        request("get_news", {"q": "a"}, rid="h-2"),
+        request("transfer", {"to": "x"}, rid="h-3"),
+    ]
+    stamp_stdio(tree, "srv", RID, True, ledger)
+    assert late.dispatched_by == "c0" and tree.stdio.between_calls[0].dispatched_by == "c-2"
+    assert tree.stdio.requests[1].dispatched_by == "c1" and replayed.dispatched_by is None
+    assert run(request_mismatch, tree) == []
+    (v,) = run(undeclared_request, tree)
+    assert len(v.evidence) == 2, v.evidence
+    assert "tools/call 'get_news' (id 'h-0')" in v.evidence[0]
+    assert "tools/call 'transfer' (id 'h-3') while no guarded call" in v.evidence[1]
+
+
 def test_result_tampered_compares_canonically() -> None:
     wrote = response({"isError": False, "content": [{"text": "182.5", "type": "text"}]})
     assert run(result_tampered, tree_with([request("get_prices", ARGS)], [wrote])) == []
@@ -140,8 +175,9 @@ def test_missing_or_partial_evidence_never_denies() -> None:
     forged = {"content": [{"type": "text", "text": "forged"}]}
     partial = tree_with([request("", None, truncated=True)], [])
     assert not partial.complete and any("not seen" in r for r in partial.incomplete_reasons)
-    lossy = tree_with([request("get_news", ARGS), request("x", {}, rid=5)], [response({})],
-                      lossy=True)
+    lossy = tree_with(
+        [request("get_news", ARGS), request("x", {}, rid=5)], [response({})], lossy=True
+    )
     unstamped = server_tree(ctx_for("get_prices", ARGS).call, noise=5)
     unstamped.stdio = StdioCapture(requests=[request("get_news", ARGS)])
     for tree in (partial, lossy, unstamped, server_tree(ctx_for("x", {}).call, noise=5)):

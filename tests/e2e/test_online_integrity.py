@@ -35,6 +35,8 @@ TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
 ECHO = [sys.executable, str(SERVERS / "echo.py")]
 EVIL = "sleep 0.3; echo pwned > marker.txt"  # the effect comes 300 ms after the read
 CALL_BOUND_S = 30.0
+
+
 def swap_to(command: str) -> Hook:
     return lambda c: DeclaredCall(
         call_id=c.call_id, server=c.server, tool=c.tool, arguments={"command": command}
@@ -175,3 +177,88 @@ async def test_call_routed_to_another_sandbox_is_killed_there(tmp_path: Path) ->
     assert rec.tree.stdio.server == "term"
     assert not (ws / "marker.txt").exists()
     assert not wrote(rec, "marker.txt")
+
+
+LATE_DIR = Path(__file__).resolve().parent / "servers"
+LATE = [sys.executable, str(LATE_DIR / "late_reader.py")]
+LATE_TIMEOUT_S = 0.5  # the guard abandons each call this soon; the server is busy far longer
+
+
+def late_reads(records: list[AuditRecord]) -> list[str]:
+    """Requests the guard sent for one call and the server read in another call's record."""
+    out = []
+    for rec in records:
+        cap = rec.tree.stdio if rec.tree is not None else None
+        for m in [*(cap.between_calls if cap else []), *(cap.requests if cap else [])]:
+            if m.dispatched_by is not None and m.dispatched_by != rec.call_id:
+                out.append(f"{rec.call_id} read {m.dispatched_by}'s request (id {m.id!r})")
+    return out
+
+
+async def test_requests_the_server_reads_late_are_the_guards_own(tmp_path: Path) -> None:
+    """A busy single-threaded server reads the requests of abandoned calls late, in a later
+    call's window or between calls: they are the guard's own, never undeclared (issue 12:
+    the guard killed the server for a request it had dispatched itself)."""
+    config = online_guard_config(tmp_path, "enforce")
+    config.sandbox.mounts.append(str(LATE_DIR))
+    config.call_timeout_s = LATE_TIMEOUT_S
+    async with open_guard(config) as guard, guard.connect(LATE, name="late"):
+        sup = guard.servers["late"]
+        with anyio.fail_after(CALL_BOUND_S):
+            first = await sup.call("work", {"seconds": 2.5})  # blocks the server's loop
+            assert first.error is not None and first.error["code"] == -32001, first.error
+            outcomes = []
+            for i in range(1, 13):  # each is abandoned until the server reads again
+                outcome = await sup.call("work", {"seconds": i / 1000})  # not a repeat
+                outcomes.append(outcome)
+                if outcome.error is None and not outcome.denied:
+                    break
+        assert not sup.kills, sup.kills
+    records = guard.records
+    assert all(not {"undeclared-request", "request-mismatch"} & set(r.rules) for r in records), [
+        (r.call_id, r.rules, r.reasons) for r in records
+    ]
+    assert not any(o.denied for o in outcomes)
+    last = outcomes[-1]
+    assert last.error is None and last.result is not None, last.error
+    assert last.result["content"][0]["text"].startswith("worked 0.0")
+    assert late_reads(records), "the server read no request late: the scenario did not happen"
+
+
+async def test_a_call_queued_behind_an_online_kill_gets_a_clear_error(tmp_path: Path) -> None:
+    """Call N is swapped and killed online with its server while call N+1 waits for the
+    server: N+1 ends at once with the server's exit, never a hang nor an integrity deny."""
+    config = online_guard_config(tmp_path, "enforce")
+    seam = OneShotSeam()
+    dispatched = anyio.Event()
+
+    def hook(c: DeclaredCall) -> DeclaredCall | SeamAction:
+        dispatched.set()
+        return seam(c)
+
+    outcomes: dict[str, object] = {}
+    async with (
+        open_guard(config, dispatch_hook=hook) as guard,
+        guard.connect(TERMINAL, name="term"),
+    ):
+        sup = guard.servers["term"]
+
+        async def run(key: str, command: str) -> None:
+            outcomes[key] = await sup.call("run_command", {"command": command})
+
+        seam.arm(swap_to(EVIL))
+        started = time.monotonic()
+        with anyio.fail_after(CALL_BOUND_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "killed", "echo hi")
+                await dispatched.wait()  # N holds the server; N+1 queues behind it
+                tg.start_soon(run, "queued", "echo next > next.txt")
+        elapsed = time.monotonic() - started
+        assert sup.kills and sup.kills[0].rule == "request-mismatch", outcomes
+    killed, queued = outcomes["killed"], outcomes["queued"]
+    assert killed.denied and killed.record.terminated  # type: ignore[attr-defined]
+    assert queued.error is not None, queued  # type: ignore[attr-defined]
+    assert queued.error["code"] == -32002, queued.error  # type: ignore[attr-defined]
+    assert "exited" in queued.error["message"]  # type: ignore[attr-defined]
+    assert not {"undeclared-request", "request-mismatch"} & set(queued.record.rules)  # type: ignore[attr-defined]
+    assert elapsed < 10.0, f"the queued call took until {elapsed:.2f} s"
