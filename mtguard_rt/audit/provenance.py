@@ -33,6 +33,23 @@ _EXAMPLE = re.compile(r"\b(?:e\.\s?g\.|i\.\s?e\.|for example|for instance|such a
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^a-z\s])|(?<=[.!?][\"'])\s+|\n+")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SPLIT = re.compile(r"[a-z]+|[0-9]+")
+# English function words: they carry no value, so a text holding one cannot have taken it
+# from an instruction ("the" in an argument and in a description is no provenance)
+STOP_WORDS = frozenset(
+    "a about above after again against all am an and any are as at be because been before "
+    "being below between both but by can could did do does doing down during each few for "
+    "from further had has have having he her here hers him his how if in into is it its "
+    "itself just me more most my no nor not now of off on once only or other our ours out "
+    "over own same she should so some such than that the their theirs them then there these "
+    "they this those through to too under until up very was we were what when where which "
+    "while who whom why will with would you your yours".split()
+)
+# What in a sentence names a value rather than saying something: a quoted or code span, a
+# run holding digits or identifier punctuation (1mo, 30000ms, a_b, x.example/p, a@b), or a
+# capitalised word inside the sentence (a place, a ticker): `Sentence.values`
+_QUOTED = re.compile(r"`([^`]{1,200})`|'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"")
+_VALUE_RUN = re.compile(r"\S*(?:\d|\w[_@/:=.]\w)\S*")
+_PROPER = re.compile(r"(?<=[^\s.!?:]\s)[A-Z][A-Za-z0-9]*")
 
 
 def tokens(text: str) -> frozenset[str]:
@@ -60,6 +77,19 @@ class Sentence:
     def where(self) -> str:
         of = "description of" if self.kind == "description" else "result of"
         return f"{of} {self.tool!r} on {self.server!r}"
+
+    @property
+    def values(self) -> frozenset[str]:
+        """The tokens of the sentence's value-like spans (quoted, code, identifiers, numbers,
+        capitalised names): what an override can demand of a prose argument."""
+        return _values(self)
+
+
+@lru_cache(maxsize=4096)
+def _values(s: Sentence) -> frozenset[str]:
+    spans = ["".join(g) for g in _QUOTED.findall(s.text)]
+    spans += _VALUE_RUN.findall(s.text) + _PROPER.findall(s.text)
+    return frozenset(t for span in spans for t in tokens(span)) - STOP_WORDS
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -5,10 +5,15 @@
 description) in a sentence that instructs the agent, and the user's task does not ask for
 it. Tool choice: a sentence with an obligation cue names the tool ("you must first call
 `X`", "use `X` instead") and the task never names what the tool is for (the last meaningful
-word of its name: `get_yahoo_finance_news` -> news). Arguments: a sentence with an override
-cue ("set `interval` to '1mo' regardless of ...") in text about this tool holds an argument
-word the task never says; or a description's instruction holds a whole multi-word value
-verbatim (a command to run).
+word of its name: `get_yahoo_finance_news` -> news). A server documenting its own tools
+("use `edit_block` instead" in its `write_file`) is not an injection: a sibling's
+description counts only when it compels a dependency ("you must first call `X`") or declares
+itself out of service and points elsewhere (`_compels`); other servers' text and results
+count on any cue. Arguments: a sentence with an override cue ("set `interval` to '1mo'
+regardless of ...") in text about this tool demands an argument word the task never says (a
+value the sentence quotes, spells as an identifier or number, or capitalises; any word when
+it names the argument; never a function word); or a description's instruction holds a whole
+multi-word value verbatim (a command to run).
 
 `lookalike-tool`: a call to a tool that duplicates another one (compatible parameters, the
 same name meaning once verbs, fillers and praise are dropped: `fetch_historical_stock_prices`,
@@ -27,9 +32,22 @@ from ..model import Violation
 from .context import CallContext
 from .names import common_words, meaning, stem, words_of
 from .policy import Policy
-from .provenance import Sentence, ToolInfo, UntrustedText, tokens
+from .provenance import STOP_WORDS, Sentence, ToolInfo, UntrustedText, tokens
+from .text import leaf_key
 
 MAX_EVIDENCE = 10
+# A sibling's pointer that is more than documentation: it compels (must, required, ...) a
+# call around this tool's own use or instead of it ...
+_COMPULSION = re.compile(
+    r"\b(must|mandatory|required|requires?|needs? to|ha(ve|s) to|critical|important)\b", re.I
+)
+_SEQUENCE = re.compile(r"\b(first|before|after|then|instead|redirect(s|ed)?|alternative)\b", re.I)
+# ... or the tool it describes says it does not work (and does not point to its successor)
+_OUT_OF_SERVICE = re.compile(
+    r"\b(deprecated|disabled|no longer (available|supported|works?|used)|unavailable|"
+    r"out of service|under maintenance|for maintenance|restricted|suspended|discontinued)\b",
+    re.I,
+)
 
 
 def _violation(rule: str, policy: Policy, reason: str, evidence: list[str]) -> Violation:
@@ -121,10 +139,20 @@ def _successor(old: str, new: str, policy: Policy) -> bool:
     return bool(before) and before <= meaning(new, policy.praise_words)
 
 
+def _compels(t: ToolInfo, s: Sentence) -> bool:
+    """Does a sentence of a sibling's description do more than document the server's own
+    tools? It compels a call around or instead of the sibling's use, or the sibling says it
+    is out of service (a redirection)."""
+    if _cue(_COMPULSION, s.text) and _cue(_SEQUENCE, s.text):
+        return True
+    return _cue(_OUT_OF_SERVICE, t.description)
+
+
 def _tool_choice(
     u: UntrustedText, server: str, tool: str, oblige: re.Pattern[str], policy: Policy
 ) -> list[str]:
-    """Sentences of other descriptions and of results that tell the agent to call `tool`."""
+    """Sentences of other descriptions and of results that tell the agent to call `tool`
+    (a sibling's only when it compels: see `_compels`)."""
     low = tool.lower()
     candidates = [
         s
@@ -133,6 +161,7 @@ def _tool_choice(
         and low in t.mentions
         and not (t.server == server and _successor(t.name, tool, policy))
         for s in _cued(oblige, t.sentences)
+        if t.server != server or _compels(t, s)
     ]
     candidates += [s for _, _, ss in u.results for s in _cued(oblige, ss)]
     return [
@@ -182,9 +211,19 @@ def _instructions(
 def _novel(value: str, ctx: CallContext, min_len: int) -> set[str]:
     return {
         w
-        for w in tokens(value) - ctx.task_tokens
+        for w in tokens(value) - ctx.task_tokens - STOP_WORDS
         if (len(w) >= min_len and not w.isdigit()) or (w.isdigit() and len(w) >= 2)
     }
+
+
+def _demanded(s: Sentence, key: str) -> frozenset[str]:
+    """The words an override sentence can be said to demand of argument `key`: all of its
+    words when it names the argument, else its value-like ones (`Sentence.values`); prose
+    sharing ordinary words with an instruction ("the current step") took nothing from it."""
+    name = leaf_key(key)
+    if len(name) > 1 and _names(s.text, name, s.lower):
+        return s.tokens
+    return s.values
 
 
 def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
@@ -205,7 +244,7 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
         if not novel:
             continue
         for s in about:
-            if hit := sorted(novel & s.tokens):
+            if hit := sorted(novel & _demanded(s, key)):
                 ev.append(
                     f"argument {key!r} = {_snip(value, 80)!r} carries {', '.join(hit)!r}, which "
                     f"the {s.where()} demands and the task never says: {_snip(s.text)!r}"
