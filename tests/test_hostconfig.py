@@ -405,3 +405,20 @@ def test_project_configs_resolve_relative_arguments_in_the_project(
     assert main(["wrap", str(project / ".mcp.json"), "--print", "--server", "filesystem"]) == 0
     filesystem = json.loads(capsys.readouterr().out)["mcpServers"]["filesystem"]
     assert filesystem["args"][3:5] == ["--workspace", str(project)]  # its "." argument
+
+
+def test_the_guard_path_is_the_running_mtguard_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from mtguard_rt.commands.wrap import guard_command
+
+    script = tmp_path / "bin" / "mtguard"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bin/mtguard", "wrap"])
+    assert guard_command() == str(script)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/pytest"])  # python -m, or embedded
+    assert guard_command() == str(Path(sys.executable).parent / "mtguard")
