@@ -100,6 +100,7 @@ class ToolInfo:
     description: str
     sentences: tuple[Sentence, ...]
     mentions: str  # the lower-cased description, to find other tools' names in
+    read_only: bool = False  # annotations.readOnlyHint is true (the server's own claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,9 @@ def split_sentences(text: str, kind: SourceKind, server: str, tool: str) -> tupl
 
 
 @lru_cache(maxsize=512)
-def _tool_info(server: str, name: str, props: frozenset[str], description: str) -> ToolInfo:
+def _tool_info(
+    server: str, name: str, props: frozenset[str], description: str, read_only: bool = False
+) -> ToolInfo:
     return ToolInfo(
         server=server,
         name=name,
@@ -137,7 +140,13 @@ def _tool_info(server: str, name: str, props: frozenset[str], description: str) 
         description=description,
         sentences=split_sentences(description, "description", server, name),
         mentions=description.lower(),
+        read_only=read_only,
     )
+
+
+def _read_only(tool: dict[str, Any]) -> bool:
+    annotations = tool.get("annotations")
+    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
 
 
 def _properties(tool: dict[str, Any]) -> frozenset[str]:
@@ -202,6 +211,7 @@ class UntrustedLog:
                 str(t.get("name", "")),
                 _properties(t),
                 str(t.get("description") or ""),
+                _read_only(t),
             )
             for t in tools
         )

@@ -15,7 +15,7 @@ import msgspec
 
 from ..model import DeclaredCall, Violation
 from .context import CallContext
-from .names import captures, confusable
+from .names import captures, confusable, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
 from .rules_provenance import induced_call, lookalike_tool
@@ -212,16 +212,41 @@ def _call_key(call: DeclaredCall, policy: Policy) -> str:
     return f"{call.server}\0{call.tool}\0{_canonical.encode(args).decode()}"
 
 
+# Words of a tool name that say it only looks (`git_status`, `list_issues`, `read_file`):
+# such a call between two identical ones changed nothing, so together they may be a loop.
+READ_ONLY_WORDS = frozenset(
+    "get list ls read show status search find fetch query describe view diff log logs check "
+    "count inspect lookup retrieve info stat stats ping peek preview print cat head tail "
+    "browse snapshot screenshot explain history version help".split()
+)
+
+
+def _changes_state(call: DeclaredCall, ctx: CallContext) -> bool:
+    """May `call` have changed what a repeated query answers? Unless its tool says it is
+    read-only (annotation `readOnlyHint`, or a looking word in its name: `git_status`)."""
+    info = ctx.untrusted.tool(call.server, call.tool)
+    if info is not None and info.read_only:
+        return False
+    return READ_ONLY_WORDS.isdisjoint(words_of(call.tool))
+
+
 def repeated_call(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """The same call again and again with nothing in between that changed state: a loop or
+    a flood. A status query repeated after a state-changing call (`git_status`, `git_add`,
+    `git_status`) asks a new question: the count restarts at such a call."""
     spec = policy.spec.rules.repeated_call
     recent = [c for c in ctx.recent_calls if c.call_id != ctx.call.call_id][-spec.window :]
     key = _call_key(ctx.call, policy)
-    same = sum(1 for c in recent if _call_key(c, policy) == key)
+    same = looked = 0
+    for c in reversed(recent):
+        if _call_key(c, policy) == key:
+            same += 1
+        elif _changes_state(c, ctx):
+            break
+        looked += 1
     if same + 1 < spec.threshold:
         return []
-    ev = [
-        f"{same + 1} identical calls of {ctx.call.tool!r} within the last {len(recent) + 1} calls"
-    ]
+    ev = [f"{same + 1} identical calls of {ctx.call.tool!r} within the last {looked + 1} calls"]
     return [
         violation("repeated-call", policy, "pre", "the same call repeats (a loop or a flood)", ev)
     ]

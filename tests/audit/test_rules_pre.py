@@ -7,6 +7,7 @@ import base64
 import pytest
 
 from mtguard_rt.audit import load_policy
+from mtguard_rt.audit.provenance import UntrustedLog, gather
 from mtguard_rt.audit.rules_pre import (
     dangerous_shell,
     off_task_url,
@@ -336,3 +337,38 @@ def test_task_entity_mismatch_leaves_an_open_choice_to_the_agent() -> None:
     named = "I want to compare the dividends of Microsoft (MSFT) and Intel."
     fired = task_entity_mismatch(CallContext(call=call, task=named), policy)
     assert fired and "AAPL" in fired[0].evidence[0]
+
+
+def _session(*tools: str, args: dict[str, object] | None = None) -> list[DeclaredCall]:
+    return [
+        DeclaredCall(call_id=f"s{i}", server="srv", tool=t, arguments=args or {"repo": "/w"})
+        for i, t in enumerate(tools)
+    ]
+
+
+def test_a_status_query_repeated_after_a_state_change_is_not_a_loop() -> None:
+    recent = _session("git_status", "git_add", "git_status", "git_commit")
+    assert repeated_call(ctx_for("git_status", {"repo": "/w"}, recent=recent), POLICY) == []
+    # read-only calls in between change nothing: three status queries are a loop
+    looking = _session("git_status", "git_diff", "git_status", "git_log")
+    [v] = repeated_call(ctx_for("git_status", {"repo": "/w"}, recent=looking), POLICY)
+    assert v.evidence == ["3 identical calls of 'git_status' within the last 5 calls"]
+    # and the same state-changing call again and again is one too
+    adds = _session("git_add", "git_add")
+    assert repeated_call(ctx_for("git_add", {"repo": "/w"}, recent=adds), POLICY) != []
+
+
+def test_a_tool_annotated_read_only_does_not_restart_the_count() -> None:
+    tools = [
+        {"name": "sync_report", "annotations": {"readOnlyHint": True}},
+        {"name": "poll_job", "annotations": {"readOnlyHint": False}},
+    ]
+    log = UntrustedLog("srv")
+    log.listing(tools)
+    recent = _session("poll_job", "sync_report", "poll_job")
+    ctx = ctx_for("poll_job", {"repo": "/w"}, recent=recent)
+    ctx.untrusted = gather(log, ["srv"], None)
+    assert repeated_call(ctx, POLICY) != []  # sync_report says it only reads
+    ctx = ctx_for("poll_job", {"repo": "/w"}, recent=_session("poll_job", "sync_job", "poll_job"))
+    ctx.untrusted = gather(log, ["srv"], None)
+    assert repeated_call(ctx, POLICY) == []  # sync_job (not listed, no looking word) may change
