@@ -422,3 +422,20 @@ def test_the_guard_path_is_the_running_mtguard_made_absolute(
     assert guard_command() == str(script)
     monkeypatch.setattr(sys, "argv", ["/somewhere/pytest"])  # python -m, or embedded
     assert guard_command() == str(Path(sys.executable).parent / "mtguard")
+
+
+def test_a_claude_code_project_table_resolves_dot_in_its_own_project(tmp_path: Path) -> None:
+    from mtguard_rt.hostconfig import default_infer
+
+    project = tmp_path / "project"
+    project.mkdir()
+    config = {"mcpServers": {"top": {"command": "uvx", "args": ["mcp-server-git", "."]}},
+              "projects": {str(project): {"mcpServers": {
+                  "git": {"type": "stdio", "command": "uvx", "args": ["mcp-server-git", "."]}}}}}
+    rewrite = wrap_config(config, infer=default_infer)
+    git = rewrite.config["projects"][str(project)]["mcpServers"]["git"]
+    assert git["args"][3:5] == ["--workspace", str(project)]
+    top = rewrite.config["mcpServers"]["top"]  # user scope: started wherever claude is
+    assert "--workspace" not in top["args"]
+    notes = next(c.needs for c in rewrite.changes if c.name == "top").notes  # type: ignore[union-attr]
+    assert any("'.' is relative to the host's working directory" in n for n in notes)

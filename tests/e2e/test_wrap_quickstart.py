@@ -73,7 +73,7 @@ def host_env(entry: dict[str, Any], home: Path) -> dict[str, str]:
 
 @pytest.mark.docker
 @pytest.mark.bpf
-@pytest.mark.parametrize("host", ["claude_code", "claude_desktop"])
+@pytest.mark.parametrize("host", ["claude_code", "claude_desktop", "vscode"])
 async def test_a_wrapped_entry_runs_the_server_under_the_guard_as_the_host_starts_it(
     node_servers: Path, tmp_path: Path, host: str
 ) -> None:
@@ -87,6 +87,12 @@ async def test_a_wrapped_entry_runs_the_server_under_the_guard_as_the_host_start
         entry = {"type": "stdio", "command": "node",
                  "args": [str(node_servers / FILESYSTEM / "dist/index.js"), "."], "env": {}}
         config = {"mcpServers": {"files": entry}}
+    elif host == "vscode":  # .vscode/mcp.json: VS Code substitutes ${workspaceFolder}
+        config_path = project / ".vscode" / "mcp.json"
+        config_path.parent.mkdir()
+        entry = {"type": "stdio", "command": "node",
+                 "args": [str(node_servers / FILESYSTEM / "dist/index.js"), "${workspaceFolder}"]}
+        config = {"inputs": [], "servers": {"files": entry}}
     else:  # a user-level config: the installed bin link and an absolute directory
         config_path = tmp_path / "Claude" / "claude_desktop_config.json"
         config_path.parent.mkdir()
@@ -98,12 +104,14 @@ async def test_a_wrapped_entry_runs_the_server_under_the_guard_as_the_host_start
     review = await cli("wrap", str(config_path), "--write", "--audit-log", str(audit))
     assert f"--workspace {project}" in review  # printed for review, with the reason
     assert f"--mount {node_servers / 'node_modules'}" in review
-    wrapped = json.loads(config_path.read_text())["mcpServers"]["files"]
+    table = "servers" if host == "vscode" else "mcpServers"
+    wrapped = json.loads(config_path.read_text())[table]["files"]
     assert os.path.isabs(wrapped["command"]) and wrapped["args"][0] == "proxy"
+    args = [a.replace("${workspaceFolder}", str(project)) for a in wrapped["args"]]
     assert json.loads(config_path.with_name(config_path.name + ".bak").read_text()) == config
     with anyio.fail_after(SESSION_TIMEOUT_S):
         async with open_stdio_client(
-            [wrapped["command"], *wrapped["args"]], env=host_env(wrapped, tmp_path / "home"),
+            [wrapped["command"], *args], env=host_env(wrapped, tmp_path / "home"),
             cwd="/", mode="legacy", request_timeout=90,
         ) as client:
             tools = {t["name"] for t in await client.list_tools()}
