@@ -107,6 +107,14 @@ def test_other_headers_go_on_the_command_line_and_sse_servers_are_left() -> None
     assert unwrap_config(rewrite.config).config == config
 
 
+def test_a_server_that_runs_its_own_container_is_left_with_the_reason() -> None:
+    config = {"mcpServers": {"gh": {"command": "docker", "args": [
+        "run", "-i", "--rm", "-e", "API_TOKEN", "registry.example/mcp-server"]}}}
+    rewrite = wrap_config(config)
+    assert rewrite.config == config and not rewrite.changed
+    assert rewrite.changes[0].action == "left" and "no container engine" in rewrite.changes[0].why
+
+
 def test_claude_code_user_file_wraps_every_project_table() -> None:
     config = load("claude_code_user.claude.json")
     rewrite = wrap_config(config)

@@ -32,6 +32,7 @@ from .needs import Needs, infer_needs
 PROXY = "proxy"
 STDIO_TYPES = (None, "stdio")
 REMOTE_TYPES = (None, "http")
+CONTAINER_ENGINES = ("docker", "podman", "nerdctl")
 TOKEN_ENV = "MTGUARD_UPSTREAM_TOKEN"  # the proxy's bearer token variable (proxy/remote.py)
 
 Infer = Callable[[str, dict[str, Any], "str | None"], Needs]
@@ -212,6 +213,10 @@ def wrap_config(
                               "speaks streamable HTTP only"), None
             return Change(name, "wrapped"), wrap_remote(name, entry, mtguard=mtguard,
                                                         options=options)
+        engine = os.path.basename(str(entry["command"]))
+        if engine in CONTAINER_ENGINES:
+            return Change(name, "left", why=f"it runs its own {engine} container: the sandbox "
+                          "has no container engine, so it would not start under the guard"), None
         needs = infer(name, entry, where) if infer else None
         wrapped = wrap_entry(name, entry, mtguard=mtguard, options=options, needs=needs)
         return Change(name, "wrapped", needs), wrapped
