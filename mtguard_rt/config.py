@@ -4,9 +4,10 @@
 observe = false                 # true: record every verdict, block nothing
 task = "Summarise MSFT prices"  # default task when a call carries none in _meta
 policies = ["policies/strict.toml"]
-audit_log = ".mtguard/audit.jsonl"
+audit_log = "/var/log/mtguard/audit.jsonl"  # default: $XDG_STATE_HOME/mtguard/audit.jsonl
 call_timeout_s = 60
-[sandbox]   image, network, workspace, mounts, memory_mb, pids_limit, cpus, env,
+[sandbox]   image, network, workspace, user, mounts, state_dir, package_overlay, memory_mb,
+            pids_limit, cpus, env,
             rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s)
 [monitor]   settle_max_ms, ring_pages
 [online]    mode = "enforce" | "observe" | "off", kill_on_touch = true
@@ -27,7 +28,8 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import PolicyError
-from .sandbox.container import SandboxConfig
+from .paths import default_audit_log
+from .sandbox.settings import SandboxConfig
 
 # A call that has not answered in this long is abandoned: its result is withheld and the
 # server's process tree keeps being watched until settle. Long enough for a slow browser tool.
@@ -59,7 +61,8 @@ class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     observe: bool = False
     task: str | None = None
     policies: list[str] = msgspec.field(default_factory=list)
-    audit_log: str | None = ".mtguard/audit.jsonl"
+    # the per-user state dir, never the workspace (paths.py); "" or None: no audit log
+    audit_log: str | None = msgspec.field(default_factory=default_audit_log)
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     monitor: MonitorSection = msgspec.field(default_factory=MonitorSection)

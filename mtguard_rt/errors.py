@@ -28,6 +28,7 @@ meets them, with `raise X from exc`.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -82,11 +83,39 @@ class CommandNotFound(SandboxError):
         )
 
 
+# What a failed name lookup or connect says on stderr (npm/node, Python, uv/reqwest, curl/git)
+_NO_NETWORK = re.compile(
+    r"(EAI_AGAIN|ENOTFOUND|ENETUNREACH|getaddrinfo|Temporary failure in name resolution|"
+    r"Name or service not known|Network is unreachable|failed to lookup address|dns error|"
+    r"Could not resolve host|network connectivity is disabled|offline mode)",
+    re.IGNORECASE,
+)
+_HOST = re.compile(r"(?:https?://|EAI_AGAIN |ENOTFOUND |host:? )([a-z0-9.-]+\.[a-z]{2,})", re.I)
+
+
+def no_network_hint(stderr_tail: str) -> str | None:
+    """One line when a server's start-up failed for lack of network (the sandbox has none
+    unless allowed), naming the host it wanted; None when stderr shows nothing of the kind."""
+    found = _NO_NETWORK.search(stderr_tail)
+    if found is None:
+        return None
+    hosts = _HOST.findall(stderr_tail)
+    host = hosts[-1] if hosts else "HOST"
+    return (
+        f"the sandbox has no network: the server could not reach {host} "
+        f"({found.group(1)}); use --allow-domain {host} or install the server first"
+    )
+
+
 class ServerExited(SandboxError):
     def __init__(self, command: str, exit_code: int | None, stderr_tail: str = "") -> None:
         self.command = command
         self.exit_code = exit_code
         self.stderr_tail = stderr_tail
+        hint = no_network_hint(stderr_tail)
+        if hint is not None:
+            super().__init__(f"server {command!r} exited with code {exit_code}: {hint}")
+            return
         tail = stderr_tail.strip().splitlines()[-1:] if stderr_tail.strip() else []
         last = f"; last stderr line: {tail[0]!r}" if tail else ""
         super().__init__(f"server {command!r} exited with code {exit_code}{last}")

@@ -9,6 +9,7 @@ import pytest
 
 from mtguard_rt.audit.profile import load_profile
 from mtguard_rt.cli import main
+from mtguard_rt.paths import default_audit_log
 
 from .audit.test_profile import _record, _report_call
 
@@ -79,7 +80,7 @@ def test_eval_takes_an_audit_log_for_learning() -> None:
     assert args.audit_log == "run/audit.jsonl"
     learn = build_parser().parse_args(["learn"])
     assert (learn.audit_log, learn.out, learn.min_calls) == (
-        ".mtguard/audit.jsonl",
+        default_audit_log(),
         ".mtguard/profile.toml",
         3,
     )

@@ -21,8 +21,9 @@ import msgspec
 from ..audit.profile import dump_profile, learn_profiles
 from ..errors import GuardError, TelemetryError
 from ..model import AuditRecord, record_decoder
+from ..paths import default_audit_log
 
-DEFAULT_AUDIT_LOG = ".mtguard/audit.jsonl"
+DEFAULT_AUDIT_LOG = default_audit_log()
 DEFAULT_OUT = ".mtguard/profile.toml"
 PROGRESS_EVERY = 500  # records between progress lines
 

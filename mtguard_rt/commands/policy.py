@@ -18,11 +18,12 @@ from typing import Any
 from ..audit.describe import describe_policy, render_policy
 from ..audit.loader import load_policy, policies_dir
 from ..errors import TelemetryError
+from ..paths import default_audit_log
 from ..telemetry.auditlog import read_audit_log
 from ..telemetry.explain import explain_record
 from ..telemetry.view_text import render_text
 
-DEFAULT_AUDIT_LOG = ".mtguard/audit.jsonl"
+DEFAULT_AUDIT_LOG = default_audit_log()
 
 
 def register(sub: Any) -> None:

@@ -65,11 +65,21 @@ def add_guard_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="policy file; repeat to layer (default: the balanced preset)",
     )
-    p.add_argument("--audit-log", help="JSON Lines audit log (default .mtguard/audit.jsonl)")
+    p.add_argument(
+        "--audit-log",
+        help="JSON Lines audit log (default $XDG_STATE_HOME/mtguard/audit.jsonl, else "
+        "~/.local/state/mtguard/audit.jsonl)",
+    )
     p.add_argument("--observe", action="store_true", help="record verdicts, block nothing")
     p.add_argument("--image", help="sandbox image (default: mtguard-rt/sandbox, built offline)")
     p.add_argument("--network", choices=["none", "host"], help="sandbox network (default none)")
     p.add_argument("--workspace", help="host directory mounted read-write in the sandbox")
+    p.add_argument(
+        "--user",
+        metavar="UID[:GID]",
+        help="run the server as this user (default: the workspace's owner, or 1000:1000 "
+        "without one or when root owns it; never root)",
+    )
     p.add_argument(
         "--rollback",
         choices=["off", "tree", "scan"],
@@ -116,6 +126,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         config.sandbox.workspace = os.path.abspath(args.workspace)
     if args.rollback:
         config.sandbox.rollback = args.rollback
+    if args.user:
+        config.sandbox.user = args.user
     config.sandbox.mounts += [os.path.abspath(m) for m in args.mount]
     for item in args.env:
         key, sep, value = item.partition("=")
@@ -172,7 +184,7 @@ def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, 
         for flag, value in (
             ("--image", args.image), ("--network", args.network),
             ("--workspace", args.workspace), ("--mount", args.mount), ("--env", args.env),
-            ("--rollback", args.rollback),
+            ("--rollback", args.rollback), ("--user", args.user),
         )
         if value
     ]

@@ -1,10 +1,11 @@
 """The Docker sandbox: engine client, offline image, containers and their cgroups."""
 
 from .cgroups import Cgroup, cgroup_of_pid
-from .container import Sandbox, SandboxConfig, open_sandbox
+from .container import Sandbox, open_sandbox
 from .engine import DockerEngine, open_engine, probe_docker
 from .image import DEFAULT_IMAGE, ensure_image
 from .lifecycle import prune_stale
+from .settings import SandboxConfig
 
 __all__ = [
     "DEFAULT_IMAGE",

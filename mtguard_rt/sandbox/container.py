@@ -12,24 +12,24 @@ With `gated=True` the command waits for `release()`, so a monitor can attach fir
 from __future__ import annotations
 
 import os
-import re
 import socket
 import struct
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.abc
-import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..errors import CommandNotFound, DockerApiError, SandboxError
 from .cgroups import Cgroup, cgroup_of_pid
 from .engine import DockerEngine, open_engine
-from .image import HOME, canaries_of, ensure_image
+from .image import HOME, canaries_of, ensure_image, home_archive
 from .lifecycle import OWNER_LABEL, owner_token, prune_stale
+from .mounts import MountSet, prune_mounts
+from .plan import SandboxPlan, plan_sandbox, realize, safe_name
+from .settings import SandboxConfig as SandboxConfig
 
 # Removing a container is local work; if the daemon hangs we give up rather than hang too.
 REMOVE_TIMEOUT_S = 15.0
@@ -38,97 +38,37 @@ READ_SIZE = 65536
 INIT = "/usr/bin/docker-init"  # Debian's docker.io ships tini-static under this name
 
 
-class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    image: str | None = None  # None: the default image, built on first use
-    network: Literal["none", "host"] = "none"
-    workspace: str | None = None  # host directory mounted read-write at the same path
-    mounts: list[str] = msgspec.field(default_factory=list)  # extra read-only host paths
-    # /usr and the guard's Python environment, read-only. None: on for the default image
-    # (it holds no programs of its own), off for an image chosen with `image`.
-    runtime_mounts: bool | None = None
-    user: str = "1000:1000"
-    memory_mb: int = 1024
-    pids_limit: int = 512
-    cpus: float = 1.0
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    stderr_tail_bytes: int = 65536
-    # Workspace rollback (README, "Rollback"): a denied call's file changes in `workspace`
-    # are undone. How a call's changes are found: "tree" (its file events and every directory,
-    # stat-verified) or "scan" (a stat scan of the whole workspace: also writes through old
-    # fds, mmap, ...).
-    rollback: Literal["off", "tree", "scan"] = "off"
-    rollback_dir: str | None = None  # where the shadow copy lives (default: the temp dir)
-    rollback_max_files: int = 200_000  # workspace entries indexed (memory: ~300 B each)
-    rollback_max_mb: int = 2048  # bytes of regular files the shadow copy may hold
-    rollback_timeout_s: float = 60.0  # bound on one snapshot, scan, commit or restore
-
-
-def runtime_paths() -> list[str]:
-    paths = ["/usr"]
-    for prefix in (sys.prefix, sys.base_prefix):
-        if prefix and not prefix.startswith("/usr") and prefix not in paths:
-            paths.append(prefix)
-    return paths
-
-
 def uses_runtime_mounts(config: SandboxConfig) -> bool:
     return config.runtime_mounts if config.runtime_mounts is not None else config.image is None
 
 
-def search_path() -> list[str]:
-    return [f"{sys.prefix}/bin", "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-
-
-def check_command(command: list[str], config: SandboxConfig, image: str) -> None:
-    """With host mounts, what the sandbox can run is what the host has: check it up front
-    (inside, a missing program would only surface as the server exiting)."""
-    visible = [*runtime_paths(), *config.mounts, *([config.workspace] if config.workspace else [])]
-    program = command[0]
-    if "/" in program:
-        candidates = [
-            program if os.path.isabs(program) else os.path.join(config.workspace or HOME, program)
-        ]
-    else:
-        candidates = [os.path.join(d, program) for d in search_path()]
-    for path in candidates:
-        real = os.path.realpath(path)
-        if os.path.isfile(real) and os.access(real, os.X_OK):
-            if any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
-                return
-            raise CommandNotFound(
-                program,
-                image,
-                f"{real} is not under a mounted directory; add its directory with --mount",
-            )
-    raise CommandNotFound(program, image)
-
-
 def container_spec(
-    command: list[str], config: SandboxConfig, image: str, *, name: str, gated: bool
+    command: list[str],
+    config: SandboxConfig,
+    image: str,
+    plan: SandboxPlan,
+    binds: list[str],
+    *,
+    name: str,
+    gated: bool,
 ) -> dict[str, Any]:
-    binds = []
-    runtime = uses_runtime_mounts(config)
-    if runtime:
-        binds += [f"{p}:{p}:ro" for p in runtime_paths() if os.path.isdir(p)]
-    binds += [f"{p}:{p}:ro" for p in config.mounts]
-    if config.workspace:
-        binds.append(f"{config.workspace}:{config.workspace}:rw")
-    path = ":".join(search_path())
-    env = {"HOME": HOME, "USER": "mtguard", "PATH": path, "LANG": "C.UTF-8", **config.env}
     cmd = list(command)
     if gated:
         # `read` consumes exactly one line from the pipe; the server then owns stdin.
         cmd = ["/bin/sh", "-c", 'read -r _ || exit 0; exec "$@"', "mtguard-gate", *cmd]
-    if runtime and os.path.exists(INIT):
+    if uses_runtime_mounts(config) and os.path.exists(INIT):
         # tini as pid 1 (from the host's /usr): the server gets normal signal semantics (a
         # pid 1 ignores SIGKILL from inside) and orphaned grandchildren are reaped.
         cmd = [INIT, "--", *cmd]
+    tmpfs = {"/tmp": "rw,nosuid,nodev,size=256m"}
+    for hidden in plan.hidden:  # the guard's own state, were a mount to expose it
+        tmpfs[hidden] = "rw,nosuid,nodev,noexec,size=64k,mode=0755"
     return {
         "Image": image,
         "Cmd": cmd,
-        "User": config.user,
+        "User": plan.user.spec,
         "WorkingDir": config.workspace or HOME,
-        "Env": [f"{k}={v}" for k, v in env.items()],
+        "Env": [f"{k}={v}" for k, v in plan.env.items()],
         "OpenStdin": True,
         "StdinOnce": True,  # our EOF on the attach stream closes the server's stdin
         "AttachStdin": True,
@@ -144,7 +84,7 @@ def container_spec(
             "NanoCpus": int(config.cpus * 1e9),
             "CapDrop": ["ALL"],
             "SecurityOpt": ["no-new-privileges"],
-            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
+            "Tmpfs": tmpfs,
         },
     }
 
@@ -282,17 +222,26 @@ async def open_sandbox(
                 yield sb
         return
     await prune_stale(engine)
+    await anyio.to_thread.run_sync(prune_mounts)
     if config.image is None:
         image, _ = await ensure_image(engine)
     else:
         image = config.image
     canaries = canaries_of(await engine.image_inspect(image))
-    if uses_runtime_mounts(config):
-        check_command(command, config, image)
-    spec = container_spec(command, config, image, name=name, gated=gated)
-    safe = re.sub(r"[^a-zA-Z0-9_.-]+", "-", name).strip("-.")[:40] or "server"
-    cid = await engine.create_container(f"mtguard-{safe}-{os.urandom(4).hex()}", spec)
+    plan = plan_sandbox(command, config, name, image, runtime=uses_runtime_mounts(config))
+    mounts = MountSet(f"{safe_name(name)}-{os.urandom(4).hex()}")
     try:
+        binds = await anyio.to_thread.run_sync(realize, plan, mounts)
+        spec = container_spec(command, config, image, plan, binds, name=name, gated=gated)
+        cid = await engine.create_container(f"mtguard-{mounts.root.name}", spec)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(mounts.close)
+        raise
+    try:
+        if canaries:  # our image: the home and canaries belong to the user the server runs as
+            tar = home_archive(plan.user.uid, plan.user.gid, canaries, plan.shell)
+            await engine.put_archive(cid, "/", tar)
         async with engine.attach(cid) as stream:
             send, receive = anyio.create_memory_object_stream[bytes](STDOUT_BUFFER_CHUNKS)
             sb = Sandbox(engine, cid, name, image, command, SandboxStdin(stream), receive, canaries)
@@ -302,6 +251,8 @@ async def open_sandbox(
                     tg.start_soon(sb._pump, stream, send)
                     try:
                         await engine.start(cid)
+                        # the container holds its own copies of the staged mounts now
+                        await anyio.to_thread.run_sync(mounts.close)
                         await _resolve(sb)
                     except DockerApiError as exc:
                         tg.cancel_scope.cancel()
@@ -312,6 +263,7 @@ async def open_sandbox(
                         tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(REMOVE_TIMEOUT_S):
+            await anyio.to_thread.run_sync(mounts.close)
             await engine.remove(cid)
 
 

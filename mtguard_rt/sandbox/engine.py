@@ -1,8 +1,8 @@
 """Docker Engine API client over the daemon's unix socket (httpx; runs on asyncio and trio).
 
 Only what the sandbox needs: ping/version, images (inspect, import), containers (create,
-attach, start, inspect, wait, kill, remove, list by label). Every foreign error is translated
-here, once: connection problems become `DockerUnavailable`, unexpected statuses
+put archive, attach, start, inspect, wait, kill, remove, list by label). Every foreign error
+is translated here, once: connection problems become `DockerUnavailable`, unexpected statuses
 `DockerApiError`. The attach stream is a hijacked HTTP connection (101 Upgrade: tcp) exposed
 as an httpcore network stream; `attach()` hands it back raw for the sandbox to demultiplex.
 """
@@ -117,6 +117,17 @@ class DockerEngine:
         if response.status_code == 404:
             raise ImageNotFound(str(spec.get("Image")))
         return str(response.json()["Id"])
+
+    async def put_archive(self, cid: str, path: str, tar_bytes: bytes) -> None:
+        """Extract a tar into a (created, not yet started) container at `path`; entries keep
+        the owners their headers name."""
+        await self._request(
+            "PUT",
+            f"/containers/{cid}/archive",
+            f"copy files into the container at {path}",
+            params={"path": path},
+            content=tar_bytes,
+        )
 
     async def start(self, cid: str) -> None:
         await self._request(

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import tarfile
+import time
 from pathlib import Path
 
 from .engine import DockerEngine
@@ -131,6 +132,39 @@ def build_rootfs(markers: dict[str, str]) -> bytes:
                 add_dir(parent.lstrip("/"), mode, UID)
                 made.add(parent)
             add_file(path.lstrip("/"), template.format(m=markers[path]).encode(), 0o600, UID)
+    return buf.getvalue()
+
+
+def home_archive(uid: int, gid: int, markers: dict[str, str], shell: str) -> bytes:
+    """A tar put into a created container before it starts: the home and its canaries owned
+    by the sandbox user (uid:gid), and /etc/passwd and /etc/group naming that user."""
+    buf, now = io.BytesIO(), int(time.time())
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+
+        def add(name: str, data: bytes | None, mode: int, owner: tuple[int, int]) -> None:
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.mode, (info.uid, info.gid), info.mtime = mode, owner, now
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+        passwd = (f"root:x:0:0:root:/root:/bin/sh\n{USER}:x:{uid}:{gid}:{USER}:{HOME}:{shell}\n"
+                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")  # fmt: skip
+        group = f"root:x:0:\n{USER}:x:{gid}:\nnogroup:x:65534:\n" if gid else "root:x:0:\n"
+        add("/etc/passwd", passwd.encode(), 0o644, (0, 0))
+        add("/etc/group", group.encode(), 0o644, (0, 0))
+        add(HOME, None, 0o755, (uid, gid))
+        made = {HOME}
+        for path, template in CANARY_TEMPLATES.items():
+            parent = str(Path(path).parent)
+            if parent not in made:
+                add(parent, None, 0o700 if parent.endswith(".ssh") else 0o755, (uid, gid))
+                made.add(parent)
+            if path in markers:
+                add(path, template.format(m=markers[path]).encode(), 0o600, (uid, gid))
     return buf.getvalue()
 
 

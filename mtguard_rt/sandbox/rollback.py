@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from ..errors import RollbackError
 from ..model import BehaviorTree, RollbackReport
-from .container import SandboxConfig
+from .settings import SandboxConfig
 from .shadow import ShadowLimits, WorkspaceShadow
 
 # A call's post-verification (an LLM judge at most, bounded by its own timeout) must settle

@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 
 from ..errors import TelemetryError
+from ..paths import default_alerts_file, default_traces_file
 
 ExporterKind = Literal["file", "otlp-http", "otlp-grpc", "console", "off"]
 AlertKind = Literal["deny", "observe-violation", "incomplete-tree", "pinning-change"]
@@ -30,8 +31,9 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     logs_exporter: ExporterKind | None = None  # None: OTEL_LOGS_EXPORTER, else as `exporter`
     endpoint: str | None = None  # OTLP base URL; None: OTEL_EXPORTER_OTLP_* or :4318/:4317
     headers: dict[str, str] = msgspec.field(default_factory=dict)
-    traces_file: str = ".mtguard/traces.jsonl"  # OTLP JSON, one export request per line
-    logs_file: str = ".mtguard/alerts.jsonl"
+    # OTLP JSON, one export request per line; default: the per-user state dir (paths.py)
+    traces_file: str = msgspec.field(default_factory=default_traces_file)
+    logs_file: str = msgspec.field(default_factory=default_alerts_file)
     service_name: str = "mtguard"
     include_content: bool = False  # tool arguments/result on spans (GenAI opt-in content)
     export_timeout: float = 5.0  # one export request, retries included (s)
