@@ -333,6 +333,9 @@ def test_a_virtualenv_server_mounts_the_venv_and_the_python_it_was_made_from(
     needs = infer_needs({"command": str(venv / "bin/mcp-server-x"), "args": ["--repository", "."]},
                         home=str(tmp_path / "home"), which=_no_program, environ={})
     assert needs.mounts == [str(venv), str(base)]
+    dot = _tree(tmp_path / "home" / ".venv", "bin/mcp-server-x", "pyvenv.cfg") / "bin/mcp-server-x"
+    assert infer_needs({"command": str(dot)}, home=str(tmp_path / "home"), which=_no_program,
+                       environ={}).mounts == [str(tmp_path / "home" / ".venv")]
     assert needs.workspace is None  # "." with no known base: a note, not a guess
     assert any("'.' is relative" in n for n in needs.notes)
     project = tmp_path / "project"
@@ -359,6 +362,20 @@ def test_a_relative_script_makes_the_hosts_working_directory_the_workspace(
                          home=str(tmp_path / "home"), which=lambda _: "/usr/bin/python3",
                          environ={})
     assert script.mounts == [str(outside)]  # the project the script belongs to
+
+
+def test_a_pipx_style_link_mounts_its_venv_and_never_the_homes_dot_directories(
+    tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    venv = _tree(home / ".local/share/pipx/venvs/srv", "pyvenv.cfg", "bin/srv")
+    link = home / ".local/bin/srv"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(venv / "bin/srv")
+    mounts = infer_needs({"command": str(link)}, home=str(home), which=_no_program,
+                         environ={}).mounts
+    assert mounts == [str(home / ".local/bin"), str(venv)]
+    assert str(home / ".local") not in mounts and str(home) not in mounts
 
 
 def test_a_launcher_on_path_is_noted_not_mounted(tmp_path: Path) -> None:

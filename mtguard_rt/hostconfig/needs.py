@@ -76,10 +76,14 @@ def too_broad(path: str, home: str) -> bool:
     """A directory that must not be mounted whole: a system root, the home directory (or
     one of its ancestors), or a home directory's dot-directory of shared state."""
     p = os.path.normpath(path)
-    if p in SYSTEM or _under(home, [p]):
+    if _holds_home_or_system(p, home):
         return True
     parent = os.path.dirname(p)
     return parent == os.path.normpath(home) and os.path.basename(p).startswith(".")
+
+
+def _holds_home_or_system(p: str, home: str) -> bool:
+    return p in SYSTEM or _under(home, [p])
 
 
 def install_dirs(path: str, home: str) -> list[tuple[str, str]]:
@@ -101,7 +105,8 @@ def _install_dir(p: str, home: str) -> tuple[str, str] | None:
         top = str(Path(*parts[: parts.index("node_modules") + 1]))
         return top, "the node_modules it is installed in"
     for up in list(Path(p).parents)[:4]:
-        if (up / "pyvenv.cfg").is_file() and not too_broad(str(up), home):
+        # a virtualenv holds only itself, even as a dot-directory of the home (~/.venv)
+        if (up / "pyvenv.cfg").is_file() and not _holds_home_or_system(str(up), home):
             return str(up), VENV
     m = re.search(r"^(.*)/lib/python3[^/]*/(site|dist)-packages/", p)
     if m and not too_broad(m.group(1), home):
@@ -109,7 +114,7 @@ def _install_dir(p: str, home: str) -> tuple[str, str] | None:
     parent = os.path.dirname(p)
     if os.path.basename(parent) == "bin" and not too_broad(os.path.dirname(parent), home):
         return os.path.dirname(parent), "the prefix of its bin directory"
-    for up in list(Path(parent).parents)[:3]:
+    for up in [Path(parent), *Path(parent).parents][:4]:
         if too_broad(str(up), home):
             break
         if any((up / m).is_file() for m in PROJECT_MARKERS):
