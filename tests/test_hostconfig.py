@@ -358,6 +358,11 @@ def test_a_relative_script_makes_the_hosts_working_directory_the_workspace(
     assert needs.mounts == []  # the script is inside the workspace already
     assert needs.domains == ["api.example.com"]
     outside = _tree(tmp_path / "tools" / "finance", "pyproject.toml", "src/finance/server.py")
+    expanded = infer_needs(  # the hosts' variables: ${env:X}, ${X}, ${X:-default}, ~
+        {"command": "srv", "args": ["${env:DATA}", "${MISSING:-" + str(outside) + "}",
+                                    "${NOT_SET}/x"]},
+        home=str(tmp_path / "home"), which=_no_program, environ={"DATA": str(project)})
+    assert (expanded.workspace, expanded.mounts) == (str(project), [str(outside)])
     script = infer_needs({"command": "python3", "args": [str(outside / "src/finance/server.py")]},
                          home=str(tmp_path / "home"), which=lambda _: "/usr/bin/python3",
                          environ={})

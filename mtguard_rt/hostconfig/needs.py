@@ -45,7 +45,7 @@ VENV = "the virtualenv it is installed in"
 PROJECT = "the project it belongs to"
 BESIDE = "the directory it is in"
 WEAK = (PROJECT, BESIDE)
-_VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+_VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")  # ${X:-default}
 
 
 @dataclass
@@ -154,7 +154,7 @@ class _Context:
 
         def sub(m: re.Match[str]) -> str:
             nonlocal unknown
-            value = self.environ.get(m.group(1))
+            value = self.environ.get(m.group(1), m.group(2))
             unknown = unknown or value is None
             return value or ""
 
