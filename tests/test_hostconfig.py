@@ -469,3 +469,18 @@ def test_a_claude_code_project_table_resolves_dot_in_its_own_project(tmp_path: P
     assert "--workspace" not in top["args"]
     notes = next(c.needs for c in rewrite.changes if c.name == "top").notes  # type: ignore[union-attr]
     assert any("'.' is relative to the host's working directory" in n for n in notes)
+
+
+@pytest.mark.root
+def test_a_root_run_write_leaves_the_users_file_and_backup_owned_by_the_user(
+    tmp_path: Path
+) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    shutil.copy(HOSTS / path.name, path)
+    os.chown(path, 1001, 1001)
+    os.chmod(path, 0o600)
+    file = read_host_config(path)
+    backup = write_host_config(file, wrap_config(file.config).config)
+    for p in (path, backup):
+        st = p.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1001, 1001, 0o600)
