@@ -29,6 +29,7 @@ from ..model import (
     Violation,
     call_digest,
 )
+from .consent import WriteConsent
 from .context import CallContext
 from .expected import Expected
 from .patterns import canonical_ip, is_loopback
@@ -78,6 +79,7 @@ class OnlineRules:
         self._request_id: Any = None  # the JSON-RPC id the guard sends the call with
         self._reader: str | None = None  # the server whose sandbox is watched (may be routed)
         self._own: StdioMessage | None = None  # the call's own request, once read
+        self.consent = WriteConsent(ctx, policy)  # write-only canaries the user asked to edit
         self._ledger: DispatchLedger | None = None  # what the guard sent to that sandbox
 
     def expect(self, request_id: Any, server: str, ledger: DispatchLedger | None = None) -> None:
@@ -89,6 +91,14 @@ class OnlineRules:
         self._reader = server
         self._own = None
         self._ledger = ledger
+
+    def kernel_consent(self) -> list[str]:
+        """The write-only canaries (kill on write in the kernel) this call may write: the
+        supervisor lifts their kill on write for the call's window only."""
+        if "canary-touched" not in self._on:
+            return []
+        only = self.policy.canary_write_only
+        return self.consent.paths([p for p in self.ctx.canaries if only.matches(p)])
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):
@@ -116,7 +126,8 @@ class OnlineRules:
         for path in paths:
             line = f"{label(proc)} {ev.op} {path} {describe(ev)}"
             if "canary-touched" in self._on and path in self.ctx.canaries:
-                if is_write(ev) or not policy.canary_write_only.matches(path):
+                write_only = policy.canary_write_only.matches(path)
+                if not write_only or (is_write(ev) and not self.consent.allows(path)):
                     reason = "a canary credential was touched"
                     return violation("canary-touched", policy, "post", reason, [line])
             if (

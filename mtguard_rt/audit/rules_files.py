@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ..model import FileEvent, Violation
+from .consent import WriteConsent
 from .context import CallContext
 from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
 from .rules_pre import violation
@@ -64,26 +65,44 @@ def result_text(result: dict[str, Any]) -> str:
 def canary_touched(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
+    """A canary read (a write-only one: written), or its marker in the result. A write-only
+    canary the user asked this call to edit (`WriteConsent`) is a recorded consent: an
+    observe-mode record, not a deny; its marker may then come back in the edit's result."""
     ev_lines: list[str] = []
+    consent = WriteConsent(ctx, policy)
+    consented: dict[str, str] = {}
     for hit in view.matching(CANARY):
         assert hit.canary is not None
         if not took_effect(hit.event):
             continue  # nothing read or written (a kernel kill on touch is reported apart)
-        if policy.canary_write_only.matches(hit.canary) and not is_write(hit.event):
-            continue
+        if policy.canary_write_only.matches(hit.canary):
+            if not is_write(hit.event):
+                continue
+            if (why := consent.why(hit.canary)) is not None:
+                consented[hit.canary] = why
+                continue
         ev_lines.append(f"{label(hit.proc)} {hit.event.op} {hit.path} {describe(hit.event)}")
     if ctx.canaries:
         text = result_text(result)
         for canary, marker in ctx.canaries.items():
+            if canary in consented:
+                continue
             if marker and marker in text:
                 ev_lines.append(f"the result contains the marker of canary {canary}")
             elif marker and any(f in text for f in _b64_forms(marker)):
                 ev_lines.append(f"the result contains the base64 marker of canary {canary}")
-    if not ev_lines:
-        return []
-    return [
-        violation("canary-touched", policy, "post", "a canary credential was touched", ev_lines)
-    ]
+    if ev_lines:
+        reason = "a canary credential was touched"
+        return [violation("canary-touched", policy, "post", reason, ev_lines)]
+    if consented:
+        return [consent_record("canary-touched", list(consented.values()))]
+    return []
+
+
+def consent_record(rule: str, lines: list[str]) -> Violation:
+    """What a consented write leaves in the verdict: the rule's record, in observe mode."""
+    reason = "a write the user asked for, to a protected persistence file: allowed"
+    return Violation(rule=rule, phase="post", mode="observe", reason=reason, evidence=lines)
 
 
 def sensitive_file_read(
