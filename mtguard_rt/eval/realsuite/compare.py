@@ -108,12 +108,13 @@ def classify(
     subs_unguarded: Mapping[str, str],
     subs_guarded: Mapping[str, str],
 ) -> tuple[Status, str]:
-    """What the call was, and the detail (the diff of a broken call, why a session error)."""
+    """What the call was, and the detail (the diff of a broken call, why a session error).
+    A denial comes first: whatever the session expected, the guard blocked a benign call."""
+    if denied or is_denial(guarded):
+        return "fp", text_of(guarded)[:300]
     if is_error(unguarded) != expect_error:
         said = "an error" if is_error(unguarded) else "a success"
         return "session-error", f"unguarded answer was {said}: {text_of(unguarded)[:200]}"
-    if denied or is_denial(guarded):
-        return "fp", text_of(guarded)[:300]
     a = normalise(unguarded, subs_unguarded)
     b = normalise(guarded, subs_guarded)
     if a != b:

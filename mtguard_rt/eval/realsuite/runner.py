@@ -42,6 +42,7 @@ TASK_KEY = "mtguard/task"
 SETUP_TIMEOUT_S = 60.0  # one fixture command (git init/commit, a small sqlite script)
 START_TIMEOUT_S = 120.0  # sandbox start, BPF compile and server start under a loaded machine
 EVIDENCE_ITEMS = 4  # evidence lines kept per violation
+STDERR_LINES = 3  # a failed session's note quotes this many last stderr lines
 
 
 class CallRun(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -168,7 +169,8 @@ async def _run_calls(
             client.timeout = session.call_timeout_s
             for call in session.calls:
                 args = resolve(call.arguments, values)
-                out.append(await _call(client, call.tool, args, call.task or session.task))
+                task = resolve(call.task or session.task, values)
+                out.append(await _call(client, call.tool, args, task))
     return out
 
 
@@ -220,6 +222,7 @@ async def run_session(session: Session, site: str | None, progress: TextIO | Non
     run.calls = [CallRun(index=i, tool=c.tool, arguments=c.arguments)
                  for i, c in enumerate(session.calls)]
     me = os.geteuid()
+    stage = "unguarded run"
     try:
         # 1. unguarded, on the host, as the user running the suite
         home.mkdir()
@@ -230,17 +233,15 @@ async def run_session(session: Session, site: str | None, progress: TextIO | Non
             first = await _run_calls(session, unguarded_command(session, plain), env, ws, plain,
                                      errlog)
         # 2. guarded, the same calls on a fresh copy of the same workspace
+        stage = "guarded run"
         guarded_values = _values(session, ws, SANDBOX_HOME, site)
         await build_fixture(session, ws, guarded_values, SANDBOX_UID)
         cmd = guarded_command(session, guarded_values, ws, audit)
         with (root / "guarded.stderr").open("w") as errlog:
             second = await _run_calls(session, cmd, None, root, guarded_values, errlog)
-    except (OSError, TimeoutError, McpRpcError, SessionError) as exc:
-        run.error = f"{type(exc).__name__}: {exc}"
-        run.seconds = round(time.perf_counter() - t0, 1)
-        return run
     except Exception as exc:  # the SDK raises groups and its own errors on a dead server
-        run.error = f"{type(exc).__name__}: {exc}"[:500] + _stderr_tail(root)
+        leaf = _leaf(exc)
+        run.error = f"{stage}: {type(leaf).__name__}: {leaf}"[:300] + _stderr_tail(root)
         run.seconds = round(time.perf_counter() - t0, 1)
         return run
     records = _records(audit)
@@ -275,12 +276,22 @@ def _take(queue: list[AuditRecord], tool: str) -> AuditRecord | None:
     return None
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups: the one that says what failed."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _stderr_tail(root: Path) -> str:
-    for name in ("guarded.stderr", "unguarded.stderr"):
-        path = root / name
+    """The last lines of the newest server stderr (the guard's one-line error, a traceback's
+    last line), to say why a session stopped."""
+    logs = [root / n for n in ("guarded.stderr", "unguarded.stderr")]
+    for path in logs:
         if path.exists() and path.stat().st_size:
-            tail = path.read_text(errors="replace")[-400:].strip()
-            return f" [{name}: ...{tail}]"
+            lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+                     if ln.strip() and not ln.strip().startswith(("|", "+-", "^"))]
+            return f" [{path.name}: {' / '.join(lines[-STDERR_LINES:])}]"
     return ""
 
 

@@ -145,7 +145,7 @@ def _problems(s: Session, path: Path) -> list[tuple[tuple[str | int, ...], str]]
         found.append((("command",), "command is empty"))
     if not s.calls:
         found.append((("calls",), "a session needs at least one call"))
-    for key in ("command", "env", "fixture", "calls"):
+    for key in ("command", "task", "env", "fixture", "calls"):
         bad = placeholders(msgspec.to_builtins(getattr(s, key))) - set(PLACEHOLDERS)
         if bad:
             found.append(((key,), f"unknown placeholder(s) {sorted(bad)}; known: {PLACEHOLDERS}"))
