@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    ExitStack,
+    asynccontextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -79,6 +85,22 @@ class Watch(Protocol):
     def window(
         self, call: DeclaredCall, on_event: EventHook | None = None
     ) -> AbstractAsyncContextManager[Window]: ...
+
+    def consent(self, paths: Iterable[str]) -> AbstractContextManager[list[str]]: ...
+
+
+@asynccontextmanager
+async def _consenting(
+    watch: Watch, online: OnlineRules | None, window: AbstractAsyncContextManager[Window]
+) -> AsyncIterator[Window]:
+    """The call's window, with the kernel's kill on write lifted, until it has settled, for
+    the write-only canaries the user asked this very call to edit (`WriteConsent`)."""
+    paths = online.kernel_consent() if online is not None else []
+    with ExitStack() as stack:
+        if paths:
+            stack.enter_context(watch.consent(paths))
+        async with window as win:
+            yield win
 
 
 class OnlineKill(msgspec.Struct, kw_only=True):
@@ -394,7 +416,7 @@ class Supervisor:
             if self.rollback is not None:
                 await self.rollback.begin(declared.call_id)
             window_cm = (
-                self.watch.window(declared, hook)
+                _consenting(self.watch, online, self.watch.window(declared, hook))
                 if self.watch
                 else nullcontext(_UntracedWindow(declared))
             )

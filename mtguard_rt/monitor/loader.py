@@ -114,6 +114,20 @@ class BpfProgram:
             self._cgroups[cg] = self._cgroups.Leaf(mode | CG_PROTECTED)
         return refused
 
+    def actions(self, cgroup_id: int, path: str) -> int:
+        """The ACT_* bits pushed for one exact path of one cgroup (0 when none)."""
+        table = self._bpf["protected"]
+        raw = path.encode()
+        if not path.startswith("/") or len(raw) >= KEY_PATH_MAX or b"\0" in raw:
+            return 0
+        key = table.Key()
+        key.cgroup_id = cgroup_id
+        key.path = raw
+        try:
+            return int(table[key].value)
+        except KeyError:
+            return 0
+
     def unprotect(self, cgroup_id: int) -> None:
         """Drop every protected path of one cgroup."""
         table = self._bpf["protected"]

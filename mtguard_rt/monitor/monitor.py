@@ -9,8 +9,8 @@ its cgroup in the kernel filter for its lifetime; windows of one watch never ove
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 import anyio.abc
@@ -20,6 +20,7 @@ import msgspec
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
 from .decode import K_STDIO, RawEvent
+from .kinds import ACT_KILL_MODIFY, ACT_KILL_WRITE
 from .loader import BpfProgram, load_program
 from .procfs import stdio_pipes
 from .stdio import StdioAssembler
@@ -49,6 +50,24 @@ class Watch:
         """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
         for this cgroup, until the watch ends. Returns the paths refused."""
         return self._monitor.program.protect(self.cgroup_id, paths)
+
+    @contextmanager
+    def consent(self, paths: Iterable[str]) -> Iterator[list[str]]:
+        """Lift kill on write and on modify (ACT_KILL_WRITE, ACT_KILL_MODIFY) of these
+        protected paths while the block runs (the writes one call has the user's consent
+        for), then put them back. Kill on open, a canary secret read, is never lifted.
+        Yields the paths lifted."""
+        program = self._monitor.program
+        lift = ACT_KILL_WRITE | ACT_KILL_MODIFY
+        before = {p: program.actions(self.cgroup_id, p) for p in dict.fromkeys(paths)}
+        lifted = {p: act & ~lift for p, act in before.items() if act & lift}
+        if lifted:
+            program.protect(self.cgroup_id, lifted)
+        try:
+            yield sorted(lifted)
+        finally:
+            if lifted:
+                program.protect(self.cgroup_id, {p: before[p] for p in lifted})
 
     @asynccontextmanager
     async def window(

@@ -21,7 +21,13 @@ import json
 import re
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    aclosing,
+    asynccontextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -618,6 +624,9 @@ class RemoteWatch:
     @asynccontextmanager
     async def window(self, call: DeclaredCall, on_event: Any = None) -> AsyncIterator[Any]:
         yield _RemoteWindow(call)
+
+    def consent(self, paths: Any) -> AbstractContextManager[list[str]]:
+        return nullcontext([])  # no kernel side: nothing is killed on touch
 
 
 @asynccontextmanager
