@@ -216,13 +216,20 @@ def _novel(value: str, ctx: CallContext, min_len: int) -> set[str]:
     }
 
 
-def _demanded(s: Sentence, key: str) -> frozenset[str]:
+_PARAM_DOC = re.compile(r"^[\W_]*([A-Za-z_]\w*)\s*:")  # "- range: ALWAYS use FROM:TO format"
+
+
+def _demanded(s: Sentence, key: str, props: frozenset[str]) -> frozenset[str]:
     """The words an override sentence can be said to demand of argument `key`: all of its
-    words when it names the argument, else its value-like ones (`Sentence.values`); prose
-    sharing ordinary words with an instruction ("the current step") took nothing from it."""
+    words when it names the argument, none when it documents another of the tool's
+    parameters (`props`), else its value-like ones (`Sentence.values`); prose sharing
+    ordinary words with an instruction ("the current step") took nothing from it."""
     name = leaf_key(key)
     if len(name) > 1 and _names(s.text, name, s.lower):
         return s.tokens
+    lead = _PARAM_DOC.match(s.text)
+    if lead and lead.group(1).lower() in props and lead.group(1).lower() != name.lower():
+        return frozenset()
     return s.values
 
 
@@ -238,13 +245,15 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     min_len = policy.spec.rules.induced_call.min_token_length
     task_lower = (ctx.task_text or "").lower()
     about = _about(u, server, tool, override) if override is not None else []
+    me = u.tool(server, tool)
+    props = me.properties if me is not None else frozenset()
     descriptions: list[Sentence] | None = None
     for key, value in ctx.arg_items:
         novel = _novel(value, ctx, min_len)
         if not novel:
             continue
         for s in about:
-            if hit := sorted(novel & _demanded(s, key)):
+            if hit := sorted(novel & _demanded(s, key, props)):
                 ev.append(
                     f"argument {key!r} = {_snip(value, 80)!r} carries {', '.join(hit)!r}, which "
                     f"the {s.where()} demands and the task never says: {_snip(s.text)!r}"
