@@ -58,6 +58,9 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     result: int = 0
     transport: Transport = "unknown"
     sent: int = 0
+    # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
+    # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
+    refused: int = 0
 
     @property
     def egress(self) -> bool:
@@ -199,6 +202,9 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     traced: bool = True  # False when there was nothing to trace (e.g. a remote upstream)
     omitted: dict[str, int] = msgspec.field(default_factory=dict)  # simplify(): left out, per rule
     stdio: StdioCapture | None = None  # the server's stdio as the kernel saw it (integrity rules)
+    # network-policy refusals no process can be named for (packets arriving from an address
+    # not allowed, dropped in softirq context); attributed ones are in their process's `net`
+    refused: list[NetEvent] = msgspec.field(default_factory=list)
 
     def children(self, key: str | None) -> list[ProcessNode]:
         return [p for p in self.processes if p.parent == key]

@@ -24,7 +24,7 @@ from ..model import (
 )
 from .decode import RawEvent, Recording
 from .dns import decode_dns
-from .kinds import BLIND_SPOTS, TRANSPORTS, Flag, Kind
+from .kinds import BLIND_SPOTS, NP_AT_CONNECT, TRANSPORTS, Flag, Kind
 from .paths import AT_FDCWD, FsState, text
 from .procfs import SeedProcess
 from .stdio import StdioAssembler
@@ -64,6 +64,7 @@ def ip_text(family: int, addr: bytes) -> str:
 F_TRUNC1, F_TRUNC2, F_LEN_PARTIAL = int(Flag.TRUNC1), int(Flag.TRUNC2), int(Flag.LEN_PARTIAL)
 F_HAS_CODE, F_BYFD = int(Flag.HAS_CODE), int(Flag.BYFD)
 F_CONNECTED, K_NET_SENT = int(Flag.CONNECTED), int(Kind.NET_SENT)
+K_NET_REFUSED = int(Kind.NET_REFUSED)
 K_OPEN, K_CLOSE = int(Kind.OPEN), int(Kind.CLOSE)
 K_STDIO = int(Kind.STDIO)
 _flag_cache: dict[int, list[str]] = {}
@@ -101,6 +102,9 @@ class TreeBuilder:
         self._connected: dict[tuple[int, int], NetEvent] = {}  # (pid, fd) -> its connect
         self._sends: dict[tuple[int, int, str, int], NetEvent] = {}  # (pid, fd, addr, port)
         self.last_net: NetEvent | None = None  # the event the last NET_SENT record updated
+        # network policy: a refusal comes before the connect record it failed (pid, addr, port)
+        self._refusals: dict[tuple[int, str, int], NetEvent] = {}
+        self._refused: list[NetEvent] = []  # unattributed refusals (inbound packets)
 
     # -- seeding ---------------------------------------------------------------
     def seed(self, sp: SeedProcess, learned: str = "seeded", spawned: bool = False) -> _Proc:
@@ -146,6 +150,9 @@ class TreeBuilder:
         if kind in (Kind.DNS_SEND, Kind.DNS_RECV):
             # attributed when the sender is a known process, else the tree's DNS branch
             self._dns_event(self._procs.get(ev.pid), ev)
+            return
+        if kind == K_NET_REFUSED:
+            self._net_refused(ev)
             return
         proc = self._proc(ev)
         node = proc.node
@@ -226,6 +233,12 @@ class TreeBuilder:
             address = ip_text(ev.a1, ev.addr)
             if kind == Kind.CONNECT and ev.a2 == 53:
                 self._dns_servers[(ev.pid, ev.a0)] = f"{address}:53"
+            refusal = self._refusals.pop((ev.pid, address, ev.a2), None)
+            if kind == Kind.CONNECT and refusal is not None and ev.ret < 0:
+                refusal.result = ev.ret  # the connect the policy refused: one event
+                refusal.transport = TRANSPORTS.get(ev.a3, refusal.transport)
+                self._connected[(ev.pid, ev.a0)] = refusal
+                return
             net = NetEvent(
                 ts_ns=ev.ts_ns,
                 op="connect" if kind == Kind.CONNECT else "accept",
@@ -321,6 +334,35 @@ class TreeBuilder:
         send.sent = max(send.sent, ev.a3)
         self.last_net = send
 
+    def _net_refused(self, ev: RawEvent) -> None:
+        """A network-policy refusal: on the connect it failed (which follows it), or on its
+        own event (a datagram, a packet); inbound packets on the tree's `refused` list."""
+        family = FAMILIES.get(ev.a1)
+        if family is None:
+            return
+        address = ip_text(ev.a1, ev.addr)
+        proc = self._procs.get(ev.pid) if ev.pid else None
+        key = (ev.pid, address, ev.a2)
+        known = self._refusals.get(key)
+        if known is not None:
+            known.refused = max(known.refused + 1, ev.ret)
+            return
+        net = NetEvent(
+            ts_ns=ev.ts_ns,
+            op="connect" if ev.a0 == NP_AT_CONNECT else "send",
+            family=family,
+            address=address,
+            port=ev.a2,
+            result=-1,  # EPERM (packets are dropped: their sender sees no error)
+            transport=TRANSPORTS.get(ev.a3, "unknown"),
+            refused=max(1, ev.ret),
+        )
+        if proc is None:
+            self._refused.append(net)
+            return
+        proc.node.net.append(net)
+        self._refusals[key] = net
+
     def _dns_event(self, proc: _Proc | None, ev: RawEvent) -> None:
         family = FAMILIES.get(ev.a1)
         if family is not None:
@@ -366,6 +408,7 @@ class TreeBuilder:
             window_end_ns=end_ns,
             wall_offset_ns=wall_offset_ns,
             stdio=stdio,
+            refused=self._refused,
         )
 
 

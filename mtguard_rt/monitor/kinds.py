@@ -35,6 +35,9 @@ class Kind(enum.IntEnum):
     # stdio integrity: bytes a server read from / wrote to its MCP wire (a0 stream 0 stdin /
     # 1 stdout, a1 offset of the chunk in the syscall's data, a2 syscall ret, a3 fd; str1 data)
     STDIO = 21
+    # network policy (egress.bpf.c): a connect/sendmsg refused with EPERM, or packets dropped
+    # (a0 NP_AT_*, a1 family, a2 port, a3 transport, ret packets refused so far, 0: one call)
+    NET_REFUSED = 22
 
 
 EV_MAX = max(Kind) + 1
@@ -92,6 +95,17 @@ TRANSPORTS: dict[int, Transport] = {
     TR_TCP: "tcp", TR_UDP: "udp", TR_ICMP: "icmp", TR_RAW: "raw", TR_OTHER: "other"
 }
 MAX_SOCKS = 16384  # sockets whose transport is remembered (LRU)
+# network policy (`np_addrs` map values, EV_NET_REFUSED's a0, names learnt from DNS answers)
+NP_ANY, NP_DNS = 1, 2  # any port / port 53 only (a resolver)
+NP_AT_CONNECT, NP_AT_SENDMSG, NP_AT_EGRESS, NP_AT_INGRESS = 1, 2, 3, 4
+NP_AT = {1: "connect", 2: "sendmsg", 3: "egress packet", 4: "ingress packet"}
+NP_MAX_ADDRS = 16384  # allowed (cgroup, address) entries, all sandboxes together
+NP_MAX_NAMES = 1024  # allowed (cgroup, name) entries whose DNS answers are learnt
+NP_REPORT_NS = 1_000_000_000  # dropped packets: one record per address per second at most
+DNAME_MAX = 128  # wire-format question names learnt from are shorter than this
+DNAME_LABELS_MAX = 32
+DNAME_SUFFIXES = 8  # the name and its parents looked up in `np_names`
+DNS_ANSWERS_MAX = 2  # answer records learnt per DNS response (more: the verifier gives up)
 # tracepoints attached by name (bcc's TRACEPOINT_PROBE allows one program per tracepoint in
 # a source; these share theirs with other sections): tracepoint -> function
 NAMED_TRACEPOINTS = {
@@ -144,6 +158,19 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         WIRE_STDOUT=WIRE_STDOUT,
         F_DUPFD=F_DUPFD,
         F_DUPFD_CLOEXEC=F_DUPFD_CLOEXEC,
+        NP_ANY=NP_ANY,
+        NP_DNS=NP_DNS,
+        NP_AT_CONNECT=NP_AT_CONNECT,
+        NP_AT_SENDMSG=NP_AT_SENDMSG,
+        NP_AT_EGRESS=NP_AT_EGRESS,
+        NP_AT_INGRESS=NP_AT_INGRESS,
+        NP_MAX_ADDRS=NP_MAX_ADDRS,
+        NP_MAX_NAMES=NP_MAX_NAMES,
+        NP_REPORT_NS=NP_REPORT_NS,
+        DNAME_MAX=DNAME_MAX,
+        DNAME_LABELS_MAX=DNAME_LABELS_MAX,
+        DNAME_SUFFIXES=DNAME_SUFFIXES,
+        DNS_ANSWERS_MAX=DNS_ANSWERS_MAX,
     )
     defs["EV_MAX"] = EV_MAX
     defs.update(

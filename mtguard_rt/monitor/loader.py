@@ -47,7 +47,13 @@ def compiled_source(ring_pages: int) -> str:
     """The C as compiled: the -D definitions, then the header and the program."""
     d = bpf_dir()
     defs = "\n".join("#define " + flag[2:].replace("=", " ", 1) for flag in bpf_cflags(ring_pages))
-    return f"{defs}\n{(d / 'events.h').read_text()}\n{(d / 'monitor.bpf.c').read_text()}"
+    return f"{defs}\n{(d / 'events.h').read_text()}\n{program_text(d)}"
+
+
+def program_text(d: Path) -> str:
+    """monitor.bpf.c then egress.bpf.c (network policy) as one main file: bcc rewrites map
+    and ring-buffer calls only in the main file, so the second cannot be an #include."""
+    return f"{(d / 'monitor.bpf.c').read_text()}\n{(d / 'egress.bpf.c').read_text()}"
 
 
 class BpfProgram:
@@ -80,6 +86,11 @@ class BpfProgram:
         self._drops_mm = mmap.mmap(self._drops.map_fd, mmap.PAGESIZE, mmap.MAP_SHARED,
                                    mmap.PROT_READ)  # fmt: skip
         self._drops_fmt = struct.Struct(f"{EV_MAX}Q")  # native: one load per counter
+
+    @property
+    def bcc(self) -> Any:
+        """The bcc module object, for the network policy's maps and programs (egress.py)."""
+        return self._bpf
 
     def event_class(self) -> type[ctypes.Structure]:
         from bcc.table import _get_event_class  # type: ignore[import-untyped]
@@ -285,7 +296,7 @@ def load_program(ring_pages: int) -> BpfProgram:
         started = time.monotonic()
         try:
             bpf = BPF(
-                src_file=str(d / "monitor.bpf.c").encode(),
+                text=program_text(d).encode(),
                 cflags=[*bpf_cflags(ring_pages), f"-I{d}", "-Wno-macro-redefined"],
             )
             for tp, fn in NAMED_TRACEPOINTS.items():  # beside the TRACEPOINT_PROBEs
