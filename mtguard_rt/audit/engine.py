@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from ..model import BehaviorTree, Phase, Verdict, Violation
+from .baseline import ServerBaseline
 from .context import CallContext
-from .expected import ServerBaseline
 from .judge import JudgeAnswer, LlmJudge
 from .pins import ToolChange
 from .policy import Policy

@@ -11,7 +11,7 @@ exec is *explained* by (in this order):
   network diagnostics (`ping`, `traceroute`: ping, dig), system diagnostics (uname, df); a
   shell whose script runs only programs of the job is the job, and so are its descendants;
 - **profile**: a `mtguard learn` profile of the tool lists the program;
-- **baseline**: `ServerBaseline`, what this server executes on every call whatever the
+- **baseline**: `baseline.ServerBaseline`, what this server executes on every call whatever the
   arguments (a runtime probe such as `sh -c 'python3 --version'`), learnt online from its
   first calls: an exec whose command line holds no argument text, seen in calls with
   different arguments, in allowed calls whose subtree had no security-relevant effect.
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..model import ProcessNode, call_digest
+from ..model import ProcessNode
 from .commands import exec_matches, peel, shell_payload, split_commands
 from .patterns import HOME_RE, canonical_ip, domain_within, is_loopback, normalize_domain
 from .policy import CANARY, PERSISTENCE, PRIVILEGED, SENSITIVE, Policy, basename
@@ -44,6 +44,7 @@ from .text import leaf_key, names_path
 from .treeview import describe, is_write, label
 
 if TYPE_CHECKING:
+    from .baseline import ServerBaseline
     from .context import CallContext
     from .treeview import TreeView
 
@@ -82,10 +83,7 @@ FILTERS = frozenset({"head", "tail", "grep", "egrep", "fgrep", "sort", "wc", "cu
 SIGNALLERS = frozenset({"kill", "pkill", "killall", "skill", "gdb", "strace", "ltrace"})
 TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/dev", "/proc/self", "/run/user")
 HOME_CACHES = (".cache", ".local/state", ".npm")
-LEARN_CALLS = 10  # a server's baseline is learnt from its first calls, then frozen
-MIN_DISTINCT = 2  # ... an exec counts once seen in calls with this many argument sets
 _TOKEN = re.compile(r"""[^\s'"`;|&<>()=,]+""")
-_NUMBER = re.compile(r"\d+")
 
 
 def _name_words(tool: str) -> set[str]:
@@ -135,46 +133,6 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
-def signature(exe: str, argv: list[str]) -> tuple[str, ...]:
-    """An exec as the baseline remembers it: program and arguments, numbers generalised."""
-    return (basename(exe), *(_NUMBER.sub("*", a) for a in argv[1:]))
-
-
-@dataclass
-class ServerBaseline:
-    """What one server executes on every call whatever the arguments, learnt online from
-    its first `learn_calls` calls (then frozen, so a later swap cannot teach it)."""
-
-    learn_calls: int = LEARN_CALLS
-    calls: int = 0
-    known: set[tuple[str, ...]] = field(default_factory=set)
-    _seen: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
-
-    def explains(self, exe: str, argv: list[str]) -> bool:
-        return signature(exe, argv) in self.known
-
-    def learn(self, ctx: CallContext, view: TreeView, policy: Policy) -> None:
-        """Learn from an allowed call: execs that are no part of the call's own work (no
-        argument text, not declared, not its job) and whose subtree had no relevant effect."""
-        if self.calls >= self.learn_calls or not view.tree.traced:
-            return
-        self.calls += 1
-        exp = Expected.of(ctx, policy)
-        digest = call_digest(ctx.call.tool, ctx.call.arguments)
-        texts = [t for t in ctx.arg_texts if len(t) >= 3]
-        for p, exe, argv in view.execs:
-            if exp.why(view, p, exe, argv) in ("declared", "job", "profile"):
-                continue
-            line = " ".join(argv)
-            if any(t in line for t in texts) or exp.effects(view, p):
-                continue
-            sig = signature(exe, argv)
-            seen = self._seen.setdefault(sig, set())
-            seen.add(digest)
-            if len(seen) >= MIN_DISTINCT:
-                self.known.add(sig)
-
-
 @dataclass
 class Expected:
     """The expected behaviour of one call (see the module docstring)."""
@@ -203,7 +161,7 @@ class Expected:
             declared=[w for t in texts for w in split_commands(t, policy.wrappers)],
             home=home,
             read_only=ann.get("readOnlyHint") is True,
-            baseline=ctx.baseline if isinstance(ctx.baseline, ServerBaseline) else None,
+            baseline=ctx.baseline if hasattr(ctx.baseline, "explains") else None,
         )
 
     @property
@@ -255,20 +213,27 @@ class Expected:
         )
 
     def why(self, view: TreeView, p: ProcessNode, exe: str, argv: list[str]) -> str | None:
-        """Why an observed exec is expected, its ancestors' explanation included (a
-        declared `make` may run `cc`; a baseline probe's shell runs `python3`)."""
+        """Why an observed exec is expected. A declared or job *program* explains its
+        descendants (a declared `make` runs `cc`); a shell or interpreter explains only itself,
+        so what its script, rc files or code start must be explained on its own."""
         own = self.exec_why(exe, argv)
         if own is not None:
-            self._explained.setdefault(p.key, own)
             return own
         for a in view.ancestors(p):
             if a.key not in self._explained:
                 self._explained[a.key] = next(
-                    (w for ae, aa in _own_execs(view, a) if (w := self.exec_why(ae, aa))), None
+                    (w for ae, aa in _own_execs(view, a)
+                     if not self._is_shell(ae, aa) and (w := self.exec_why(ae, aa))
+                     in ("declared", "job")),
+                    None,
                 )
             if self._explained[a.key] is not None:
                 return self._explained[a.key]
         return None
+
+    def _is_shell(self, exe: str, argv: list[str]) -> bool:
+        peeled = peel(argv, self.policy.wrappers)
+        return self.policy.is_shell(exe) or (bool(peeled) and self.policy.is_shell(peeled[0]))
 
     # -- effects -------------------------------------------------------------------------------
     def effects(self, view: TreeView, root: ProcessNode) -> list[str]:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from mtguard_rt.audit import PolicyEngine, load_policy
-from mtguard_rt.audit.expected import Expected, ServerBaseline, declared_commands, tool_jobs
+from mtguard_rt.audit.baseline import ServerBaseline
+from mtguard_rt.audit.expected import Expected, declared_commands, tool_jobs
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, NetEvent
 
@@ -161,3 +162,19 @@ async def test_baseline_is_frozen_after_its_first_calls_and_never_excuses_effect
     # a known probe that now writes a persistence file is still denied
     rules = await _call(engine, 5, PROBE, files=[opened(f"{HOME}/.bashrc", "write", "append")])
     assert "unexpected-shell" in rules
+
+
+def test_a_declared_shell_explains_itself_not_what_it_starts() -> None:
+    """`bash -c ls` is the declared command; a child it starts from an rc file (BASH_ENV)
+    must be explained on its own, and one that reaches out is reported."""
+    ctx = ctx_for("run_command", {"command": "ls"})
+    tree = server_tree(ctx.call)
+    sh = child(tree, 90, ["bash", "-c", "ls"])
+    child(tree, 91, ["ls"], parent=sh.key)
+    curl = child(tree, 92, ["curl", "-s", "http://198.51.100.4/x"], parent=sh.key,
+                 net=[NetEvent(ts_ns=1, op="connect", family="ipv4", address="198.51.100.4",
+                               port=80, transport="tcp")])
+    exp, view = Expected.of(ctx, POLICY), _view(tree)
+    assert exp.why(view, sh, sh.exe, sh.argv) == "declared"
+    assert exp.why(view, curl, curl.exe, curl.argv) is None
+    assert "egress not derived from the call" in exp.effects(view, curl)[0]
