@@ -81,7 +81,7 @@ static __always_inline int np_allowed(struct np_key *k, u32 port, u32 proto)
            (proto == NP_IPPROTO_UDP || proto == NP_IPPROTO_TCP || proto == 0);
 }
 
-/* One EV_NET_REFUSED record: a0 where (MT_NP_AT_*), a1 family, a2 port, a3 transport,
+/* One EV_NET_REFUSED record: a0 where (an MT_NP_AT_CONNECT ... value), a1 family, a2 port, a3 transport,
  * ret refused so far for this (cgroup, address) when packets are counted. */
 static __always_inline void np_report(struct np_key *k, u32 where, u32 port, u32 transport,
                                       u64 count, int with_task)

@@ -9,12 +9,12 @@ import pytest
 
 from mtguard_rt.monitor.decode import HEADER_FIELDS
 from mtguard_rt.monitor.kinds import DATA_MAX, Kind, bpf_cflags
-from mtguard_rt.monitor.loader import bpf_dir, compiled_source
+from mtguard_rt.monitor.loader import bpf_dir, compiled_source, program_text
 
 
 def test_every_constant_the_c_uses_comes_from_python() -> None:
     defined = {flag[2:].split("=")[0] for flag in bpf_cflags(64)}
-    source = (bpf_dir() / "monitor.bpf.c").read_text() + (bpf_dir() / "events.h").read_text()
+    source = program_text(bpf_dir()) + (bpf_dir() / "events.h").read_text()  # + egress.bpf.c
     used = set(re.findall(r"\b(EVF?_[A-Z_]+|MT_[A-Z_]+)\b", source))
     assert used <= defined, used - defined
     assert {f"EV_{k.name}" for k in Kind} <= used  # no kind is defined but never emitted
