@@ -115,6 +115,13 @@ def test_normalise_masks_what_differs_between_two_runs_of_the_same_work() -> Non
     assert "Author: Dev" in normalise_text(one, subs)  # ordinary words are kept
 
 
+def test_timestamps_in_file_names_are_masked() -> None:
+    a = "- [Snapshot](.playwright-mcp/page-2026-12-01T12-27-50-420Z.yml)"
+    b = "- [Snapshot](.playwright-mcp/page-2026-12-01T12-28-08-159Z.yml)"
+    masked = "- [Snapshot](.playwright-mcp/page-<ts>.yml)"
+    assert normalise_text(a, {}) == normalise_text(b, {}) == masked
+
+
 def test_normalise_keeps_real_differences() -> None:
     subs: dict[str, str] = {}
     assert normalise_text("affected_rows: 4", subs) != normalise_text("affected_rows: 0", subs)
@@ -167,7 +174,7 @@ def _run() -> SuiteRun:
     ok = CallRun(index=0, tool="git_status", arguments={}, status="ok", unguarded_ms=5,
                  guarded_ms=15)
     broken = CallRun(index=2, tool="git_add", arguments={}, status="broken", detail="-a\n+b",
-                     unguarded_ms=5, guarded_ms=25)
+                     unguarded_ms=5, guarded_ms=25, after_fp=1)
     return SuiteRun(servers=[
         ServerRun(server="git", package="mcp-server-git==1", registry="pypi",
                   calls=[ok, fp, broken]),
@@ -189,6 +196,7 @@ def test_report_counts_false_positives_broken_calls_and_latency() -> None:
     md = report.render_markdown(_run())
     assert "| git | `mcp-server-git==1` | 3/3 | 1 | 1 |" in md
     assert "unexpected-shell: a shell ran" in md and "```diff\n-a\n+b\n```" in md
+    assert "broken call 2 `git_add` (after the denied call 1: may follow from it)" in md
     assert "ServerExited" in md
     assert report.failed(_run())
     clean = SuiteRun(servers=[ServerRun(server="git", package="p==1", registry="pypi",

@@ -27,8 +27,10 @@ _DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*"
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
      "<uuid>"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
-                r"(?:Z|\s?[+-]\d{2}:?\d{2}|\s?UTC)?"), "<ts>"),
+    # ISO 8601, also the file-name form with dashes for colons (2026-12-01T12-27-50-420Z)
+    (re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?|"
+                r"T\d{2}-\d{2}(?:-\d{2}(?:[.,-]\d+)?)?)(?:Z|\s?[+-]\d{2}:?\d{2}|\s?UTC)?"),
+     "<ts>"),
     (re.compile(rf"\b(?:{_DAY},?\s+)?(?:\d{{1,2}}\s+{_MONTH}|{_MONTH}\s+\d{{1,2}}),?\s+"
                 r"(?:\d{4}\s+)?\d{1,2}:\d{2}(?::\d{2})?(?:\s+\d{4})?(?:\s+(?:[+-]\d{4}|GMT|UTC))?"),
      "<ts>"),

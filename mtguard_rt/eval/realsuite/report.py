@@ -30,8 +30,8 @@ def _server_summary(s: ServerRun) -> dict[str, Any]:
                                                               "session-error")}
     fps = [{"call": c.index, "tool": c.tool, "rules": c.rules, "phase": c.phase,
             "evidence": c.evidence, "arguments": c.arguments} for c in s.calls if c.status == "fp"]
-    broken = [{"call": c.index, "tool": c.tool, "diff": c.detail} for c in s.calls
-              if c.status == "broken"]
+    broken = [{"call": c.index, "tool": c.tool, "diff": c.detail, "after_fp": c.after_fp}
+              for c in s.calls if c.status == "broken"]
     errors = [{"call": c.index, "tool": c.tool, "why": c.detail} for c in s.calls
               if c.status == "session-error"]
     return {
@@ -118,8 +118,10 @@ def render_markdown(run: SuiteRun) -> str:
                     f"{', '.join(fp['rules']) or 'no audit record'} ({fp['phase']})"]
             out += [f"  - {_cell(e)[:400]}" for e in fp["evidence"]]
         for b in v["broken_calls"]:
-            out += ["", f"- broken call {b['call']} `{b['tool']}`:", "", "```diff", b["diff"],
-                    "```"]
+            after = (f" (after the denied call {b['after_fp']}: may follow from it)"
+                     if b["after_fp"] is not None else "")
+            out += ["", f"- broken call {b['call']} `{b['tool']}`{after}:", "", "```diff",
+                    b["diff"], "```"]
         for e in v["session_errors"]:
             out += ["", f"- session error call {e['call']} `{e['tool']}`: {_cell(e['why'])}"]
     return "\n".join(out) + "\n"

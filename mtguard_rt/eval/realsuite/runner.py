@@ -59,6 +59,7 @@ class CallRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     guarded_ms: float | None = None
     unguarded: dict[str, Any] | None = None
     guarded: dict[str, Any] | None = None
+    after_fp: int | None = None  # broken after this earlier denied call: may follow from it
 
 
 class ServerRun(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -263,6 +264,10 @@ async def run_session(session: Session, site: str | None, progress: TextIO | Non
             a, b, denied=denied or is_denial(b), expect_error=spec.expect_error,
             subs_unguarded=subs_a, subs_guarded=subs_b,
         )
+    first_fp = next((c.index for c in run.calls if c.status == "fp"), None)
+    for call in run.calls:
+        if call.status == "broken" and first_fp is not None and call.index > first_fp:
+            call.after_fp = first_fp
     run.seconds = round(time.perf_counter() - t0, 1)
     return run
 
