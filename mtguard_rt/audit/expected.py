@@ -74,7 +74,7 @@ JOBS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                    "uptime", "disk", "memory", "cpu", "doctor", "system"}),
         frozenset({"uname", "df", "du", "free", "uptime", "lscpu", "lsblk", "lsmem", "vmstat",
                    "iostat", "hostname", "id", "whoami", "nproc", "ps", "top", "which", "date",
-                   "cat", "head", "sensors", "lsb_release"}),
+                   "sensors", "lsb_release"}),
     ),
 }
 # Text filters a job's pipeline may pass its output through (`ps aux | head -n 20`).
@@ -190,7 +190,7 @@ class Expected:
             if basename(exe) in programs or (peeled and basename(peeled[0]) in programs):
                 return "job"
             allowed = [[p] for p in programs | FILTERS]
-            if script is not None and self._script_is(script, allowed):
+            if script is not None and self._script_is(script, allowed, lead=programs):
                 return "job"
         profile = policy.profile
         if profile is not None:
@@ -201,10 +201,21 @@ class Expected:
             return "baseline"
         return None
 
-    def _script_is(self, script: str, allowed: list[list[str]], declared: bool = False) -> bool:
+    def _script_is(
+        self,
+        script: str,
+        allowed: list[list[str]],
+        declared: bool = False,
+        lead: set[str] | None = None,
+    ) -> bool:
+        """The script is the declared command line, or runs only `allowed` commands and
+        harmless builtins (a server may prepend `cd /workspace &&`), one of them a `lead`
+        program when given (a job's pipeline: `ps aux | head`, not `cat` alone)."""
         if declared and any(_squash(script) in _squash(t) for t in self.declared_texts):
             return True
         cmds = split_commands(script, self.policy.wrappers)
+        if lead is not None and not any(basename(w[0]) in lead for w in cmds):
+            return False
         return bool(cmds) and all(
             w[0] in HARMLESS_BUILTINS
             or (exec_matches(w[0], w, allowed, self.home) if declared else

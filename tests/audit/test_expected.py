@@ -178,3 +178,10 @@ def test_a_declared_shell_explains_itself_not_what_it_starts() -> None:
     assert exp.why(view, sh, sh.exe, sh.argv) == "declared"
     assert exp.why(view, curl, curl.exe, curl.argv) is None
     assert "egress not derived from the call" in exp.effects(view, curl)[0]
+
+
+def test_a_job_pipeline_needs_a_program_of_the_job() -> None:
+    diag = Expected.of(ctx_for("system_diagnostics", {}), POLICY)
+    assert diag.exec_why("/usr/bin/dash", ["sh", "-c", "uname -a; df -h | tail -n 3"]) == "job"
+    assert diag.exec_why("/usr/bin/dash", ["sh", "-c", "cat /etc/shadow"]) is None
+    assert diag.exec_why("/usr/bin/cat", ["cat", "/etc/shadow"]) is None
