@@ -190,3 +190,42 @@ async def test_a_wrapped_remote_entry_reaches_its_server_with_the_token_out_of_a
     assert server.seen.calls == ["echo"]
     assert server.seen.requests[0]["authorization"] == f"Bearer {secret}"
     assert secret not in " ".join(wrapped["args"]) and secret not in audit.read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.bpf
+async def test_a_wrapped_virtualenv_server_works_in_a_project_owned_by_root(
+    node_servers: Path, tmp_path: Path
+) -> None:
+    """A Claude Code project entry for a PyPI server in its own virtualenv (`--repository .`):
+    wrap mounts the venv and the Python it was made from, and makes the project the workspace."""
+    venv = REPO / ".servers" / "py"
+    assert (venv / "bin/mcp-server-git").is_file()  # installed by scripts/setup-servers.sh
+    project = tmp_path / "project"
+    project.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "dev@example.org"],
+                 ["config", "user.name", "Dev"]):
+        await anyio.run_process(["git", "-C", str(project), *args])
+    (project / "README.md").write_text("draft\n")
+    entry = {"type": "stdio", "command": str(venv / "bin/mcp-server-git"),
+             "args": ["--repository", "."]}
+    config_path = project / ".mcp.json"
+    config_path.write_text(json.dumps({"mcpServers": {"git": entry}}) + "\n")
+    audit = tmp_path / "audit.jsonl"
+    review = await cli("wrap", str(config_path), "--write", "--audit-log", str(audit))
+    assert f"--workspace {project}" in review and f"--mount {venv}" in review
+    wrapped = json.loads(config_path.read_text())["mcpServers"]["git"]
+    with anyio.fail_after(SESSION_TIMEOUT_S):
+        async with open_stdio_client(
+            [wrapped["command"], *wrapped["args"]], env=host_env(wrapped, tmp_path / "home"),
+            cwd="/", mode="legacy", request_timeout=90,
+        ) as client:
+            status = await client.call_tool("git_status", {"repo_path": str(project)})
+            added = await client.call_tool("git_add", {"repo_path": str(project),
+                                                       "files": ["README.md"]})
+    assert "README.md" in text_of(status) and not status.get("isError"), text_of(status)
+    assert not added.get("isError"), text_of(added)
+    staged = await anyio.run_process(["git", "-C", str(project), "diff", "--cached",
+                                      "--name-only"])
+    assert staged.stdout.decode().split() == ["README.md"]
+    assert (project / ".git").stat().st_uid == 0  # root's project, still root's on the host
