@@ -276,8 +276,9 @@ def _installation(needs: Needs, ctx: _Context, command: str, args: Sequence[str]
             needs.found.append(Need(["--mount", directory],
                                     f"{why} ({os.path.basename(path)}, read-only)"))
     if program and "/" not in command and not _under(os.path.realpath(program), PROVIDED):
-        needs.notes.append(f"{command!r} is {program} here; in the sandbox it resolves on the "
-                           "sandbox PATH: write its absolute path if it is not found there")
+        needs.notes.append(f"{command!r} is {program} here, outside /usr: the sandbox finds it "
+                           "only in a mounted directory; name it by its absolute path if the "
+                           "server does not start")
 
 
 def _network(needs: Needs, ctx: _Context, command: str, args: Sequence[str],
