@@ -296,6 +296,7 @@ async def open_guard(
                     MonitorConfig(
                         settle_max_ms=config.monitor.settle_max_ms,
                         ring_pages=config.monitor.ring_pages,
+                        workers=True,  # a call settles without waiting for its workers
                     )
                 )
             )

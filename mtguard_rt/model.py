@@ -205,6 +205,12 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     # network-policy refusals no process can be named for (packets arriving from an address
     # not allowed, dropped in softirq context); attributed ones are in their process's `net`
     refused: list[NetEvent] = msgspec.field(default_factory=list)
+    # keys of processes spawned during the call and still alive once it settled: workers of
+    # the server (git's helpers, a browser); their later events go to `between` or a later call
+    workers: list[str] = msgspec.field(default_factory=list)
+    # what earlier calls' workers did while no call's window was open, since the previous
+    # window (its `call` is the call that left them running); None when nothing was seen
+    between: BehaviorTree | None = None
 
     def children(self, key: str | None) -> list[ProcessNode]:
         return [p for p in self.processes if p.parent == key]

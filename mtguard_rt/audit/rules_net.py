@@ -16,7 +16,7 @@ from ..model import DATAGRAM_TRANSPORTS, BehaviorTree, DnsEvent, NetEvent, Viola
 from .context import CallContext
 from .patterns import canonical_ip, domain_within, is_loopback, normalize_domain
 from .policy import Policy
-from .rules_pre import violation
+from .rules_pre import MAX_EVIDENCE, violation
 from .text import bare_hosts, url_hosts
 from .treeview import TreeView, label
 
@@ -97,19 +97,32 @@ def incomplete_tree(
     if not tree.complete and not ev:
         ev.append("tree incomplete (no reason given)")
     ev.extend(f"{kind}: {n} events dropped" for kind, n in tree.drops.items() if n)
+    workers = set(tree.workers)
+    running = [p for p in tree.processes if p.still_running and p.learned == "observed"]
     ev.extend(
         f"{label(p)} ({p.command_line[:120]}) still running after the call"
-        for p in tree.processes
-        if p.still_running and p.learned == "observed"
+        for p in running
+        if p.key not in workers
     )
-    if not ev:
-        return []
-    return [
-        violation(
-            "incomplete-tree",
-            policy,
-            "post",
-            "the behavior tree is incomplete or the call left processes running",
-            ev,
-        )
+    # A worker (alive once the call settled: a helper, a browser) is evidence, never a deny by
+    # itself: what it does later is in a later call's tree or the between-call record.
+    left = [
+        f"{label(p)} ({p.command_line[:120]}) left running as a worker of the server"
+        for p in running
+        if p.key in workers
     ]
+    why = "the behavior tree is incomplete or the call left processes running"
+    if ev:
+        return [violation("incomplete-tree", policy, "post", why, ev + left)]
+    if left:
+        why = "the call left a worker running (evidence: its later events are watched)"
+        return [
+            Violation(
+                rule="incomplete-tree",
+                phase="post",
+                mode="observe",
+                reason=why,
+                evidence=left[:MAX_EVIDENCE],
+            )
+        ]
+    return []

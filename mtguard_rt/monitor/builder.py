@@ -127,6 +127,27 @@ class TreeBuilder:
         self._order.append(proc)
         return proc
 
+    def adopt(self, other: _Proc) -> _Proc:
+        """Carry a live process of another window over (a worker a call left running): same
+        identity and fd table, counted as spawned so its exit and descendants are followed."""
+        n = other.node
+        node = ProcessNode(
+            key=n.key,
+            pid=n.pid,
+            ppid=n.ppid,
+            parent=n.parent,
+            exe=n.exe,
+            argv=list(n.argv),
+            argv_truncated=n.argv_truncated,
+            cwd=other.fs.cwd,
+            uid=n.uid,
+            start_ns=n.start_ns,
+        )
+        proc = _Proc(node, other.fs.fork(), spawned=True)
+        self._procs[n.pid] = proc
+        self._order.append(proc)
+        return proc
+
     def _proc(self, ev: RawEvent) -> _Proc:
         proc = self._procs.get(ev.pid)
         if proc is not None:

@@ -4,7 +4,9 @@ The reader waits on the ring buffer's fd (no polling loop, no thread) and consum
 record is decoded and dispatched by cgroup id to the one open window of that cgroup's watch,
 which folds it into its tree at once (so the ring buffer is the only queue: its overflow is
 counted in the kernel, per kind, and marks the affected trees incomplete). A watch keeps
-its cgroup in the kernel filter for its lifetime; windows of one watch never overlap.
+its cgroup in the kernel filter for its lifetime; windows of one watch never overlap. Between
+windows a `Tail` takes the cgroup's events: what the server reads, and the workers a call
+left running (with `workers`), for the next window's tree.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ import msgspec
 
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
-from .decode import K_STDIO, RawEvent
+from .decode import RawEvent
 from .kinds import ACT_KILL_MODIFY, ACT_KILL_WRITE
 from .loader import BpfProgram, load_program
 from .procfs import stdio_pipes
-from .stdio import StdioAssembler
+from .tail import Tail
 from .window import EventHook, Window
 
-MAX_BETWEEN = 256  # requests kept per cgroup between windows (a flood keeps the latest)
 CONSUME_BATCH = 2048  # records per event-loop turn: about 5 ms of work, then other tasks run
 
 
@@ -35,6 +36,10 @@ class MonitorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ring_pages: int = 4096  # ring buffer size in pages (16 MiB): a power of two
     max_events_per_window: int = 200_000  # events kept per window (~300 B each); more: loss
     record_raw: bool = False  # keep each window's RawEvents (fixtures, `trace --record`)
+    # True (the guard): a window settles once the response has arrived and the ring buffer is
+    # drained; processes it spawned that are still alive are workers, followed between calls.
+    # False (`mtguard trace`): wait for them, up to settle_max_ms.
+    workers: bool = False
 
 
 class Watch:
@@ -89,8 +94,8 @@ class Watch:
         )
         # subscribe first (records queued from before the window are dropped by timestamp) ...
         mon._windows[self.cgroup_id] = win
-        # stdio integrity: what the server read while no window was open (since the last one)
-        between = mon._idle.pop(self.cgroup_id, None)
+        # what the server read and its workers did while no window was open (since the last)
+        between = mon._tails.pop(self.cgroup_id, None)
         try:
             win._seed()  # ... then seed, so nothing in between is missed
             try:
@@ -103,12 +108,21 @@ class Watch:
                 win._finish(settled=False, aborted=True)
                 raise
             with anyio.CancelScope(shield=True):
-                settled = await win._settle(mon.config.settle_max_ms / 1000)
+                settled = await win._settle(mon.config.settle_max_ms / 1000, mon.config.workers)
                 win._finish(settled=settled, aborted=False)
         finally:
             mon._windows.pop(self.cgroup_id, None)
-            if between is not None and win._tree is not None and win._tree.stdio is not None:
-                win._tree.stdio.between_calls = between.capture().requests
+            tree = win._tree
+            if between is not None and tree is not None:
+                if tree.stdio is not None:
+                    tree.stdio.between_calls = between.requests
+                tree.between = between.record()
+            if self.cgroup_id in mon._watched:  # until the next window: the between-call record
+                mon._tails[self.cgroup_id] = (
+                    Tail.after(win)
+                    if mon.config.workers
+                    else Tail(mon, self.cgroup_id, self.cgroup_path)
+                )
 
 
 class Monitor:
@@ -117,21 +131,20 @@ class Monitor:
         self.config = config
         self._windows: dict[int, Window] = {}
         self._watched: dict[int, int] = {}  # cgroup id -> number of watches
+        self._paths: dict[int, str] = {}  # cgroup id -> its cgroup2 path, while watched
         self._error: BaseException | None = None
         self.events_total = 0
         self.events_unrouted = 0
-        # per watched cgroup: stdio records seen while no window was open (integrity rules)
-        self._idle: dict[int, StdioAssembler] = {}
+        # per watched cgroup: what happens while no window is open (`Tail`)
+        self._tails: dict[int, Tail] = {}
 
     def _on_record(self, raw: bytes) -> None:
         try:
             ev = self.program.decoder.decode(raw)
             self.events_total += 1
             win = self._windows.get(ev.cgroup_id)
-            if ev.kind == K_STDIO and (win is None or ev.ts_ns < win.start_ns):
+            if win is None or ev.ts_ns < win.start_ns:
                 self._between_windows(ev)
-            elif win is None:
-                self.events_unrouted += 1
             else:
                 win._on_event(ev)
         except Exception as exc:  # a ctypes callback must not raise: keep it for the reader
@@ -139,18 +152,16 @@ class Monitor:
                 self._error = exc
 
     def _between_windows(self, ev: RawEvent) -> None:
-        """Keep what a watched server read outside any window, for its next window's tree:
-        a tools/call read then was sent by no guarded call. Bounded per cgroup."""
-        if ev.cgroup_id not in self._watched:
-            self.events_unrouted += 1
-            return
-        asm = self._idle.get(ev.cgroup_id)
-        if asm is None:
-            asm = self._idle[ev.cgroup_id] = StdioAssembler()
-        asm.feed(ev)
-        if len(asm.requests) > MAX_BETWEEN:
-            del asm.requests[: -MAX_BETWEEN // 2]
-        asm.responses.clear()  # only what it read is evidence here
+        """An event of a watched cgroup outside any window: to its tail (what the server
+        read, what workers did), for the next window's tree. Bounded per cgroup."""
+        tail = self._tails.get(ev.cgroup_id)
+        if tail is None:
+            path = self._paths.get(ev.cgroup_id)
+            if path is None:
+                self.events_unrouted += 1
+                return
+            tail = self._tails[ev.cgroup_id] = Tail(self, ev.cgroup_id, path)
+        tail._on_event(ev)
 
     def _check(self) -> None:
         if self._error is not None:
@@ -190,6 +201,7 @@ class Monitor:
             raise MonitorError(f"no cgroup to watch (id {cgroup_id}, path {cgroup_path!r})")
         n = self._watched.get(cgroup_id, 0)
         self._watched[cgroup_id] = n + 1
+        self._paths[cgroup_id] = cgroup_path
         if n == 0:
             self.program.add_cgroup(cgroup_id, eager=eager)
             # stdio integrity: the sandbox's stdin/stdout pipes, before its server runs
@@ -201,7 +213,8 @@ class Monitor:
             if left:
                 self._watched[cgroup_id] = left
             else:
-                self._idle.pop(cgroup_id, None)
+                self._tails.pop(cgroup_id, None)
+                self._paths.pop(cgroup_id, None)
                 self.program.remove_cgroup(cgroup_id)
                 self.program.unprotect(cgroup_id)
                 self.program.wire_forget(cgroup_id)

@@ -1,10 +1,13 @@
 """One call's observation window over one cgroup, and its settling.
 
 The window is subscribed before it seeds (so nothing between the two is missed) and before
-the call is forwarded. Its exit drains the ring buffer and waits, event-driven and bounded
-by `settle_max_ms` after the response, until no process spawned during the call is alive;
-then it builds the tree. Exit is shielded and bounded, so a cancelled caller neither hangs
-nor loses the tree; an aborted body still yields a tree marked incomplete.
+the call is forwarded. Its exit drains the ring buffer and, with `workers` (the guard), settles
+at once: a process spawned during the call and still alive then is a *worker* of the server
+(`BehaviorTree.workers`; a `tail.Tail` follows it until the next window). Without `workers`
+(`mtguard trace`) it waits, event-driven and bounded by `settle_max_ms` after the response,
+until no process spawned during the call is alive. An online kill always waits for its victims.
+Exit is shielded and bounded, so a cancelled caller neither hangs nor loses the tree; an
+aborted body still yields a tree marked incomplete.
 """
 
 from __future__ import annotations
@@ -216,8 +219,10 @@ class Window:
     def _settled(self) -> bool:
         return self.response_ns is not None and self._builder.live_spawned() == 0
 
-    async def _settle(self, settle_max_s: float) -> bool:
-        """Wait for the settle condition; False when the bound expired first."""
+    async def _settle(self, settle_max_s: float, workers: bool = False) -> bool:
+        """Wait for the settle condition; False when the bound expired first. `workers`: the
+        ring buffer drained after the response is enough (live spawned processes are left
+        running as workers), unless this window killed: its victims' exits are waited for."""
         self.response_arrived()  # a body that never marked it: settle from now
         assert self.response_ns is not None
         remaining = settle_max_s - (time.monotonic_ns() - self.response_ns) / 1e9
@@ -225,7 +230,7 @@ class Window:
             while True:
                 self._changed = anyio.Event()
                 await self._monitor._drain_async()
-                if self._settled():
+                if self._settled() or (workers and self.terminated_by is None):
                     return True
                 await self._changed.wait()
         self._monitor._drain()  # bound reached: take what is there, then stop
@@ -251,3 +256,4 @@ class Window:
         # an unsettled window is not lossy: what ran on is marked still_running in the tree
         wall = time.time_ns() - time.monotonic_ns()
         self._tree = self._builder.build(end, reasons, drops, wall)
+        self._tree.workers = [p.node.key for p in self._builder._order if p.spawned and p.alive]
