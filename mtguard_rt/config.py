@@ -7,7 +7,8 @@ policies = ["policies/strict.toml"]
 audit_log = "/var/log/mtguard/audit.jsonl"  # default: $XDG_STATE_HOME/mtguard/audit.jsonl
 call_timeout_s = 60
 [sandbox]   image, network, workspace, user, mounts, state_dir, package_overlay, memory_mb,
-            pids_limit, cpus, env,
+            pids_limit, cpus, env, allow_domains = ["registry.npmjs.org"] (kernel-enforced:
+            only these hosts; the resolvers of /etc/resolv.conf or `dns` for port 53 only),
             rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s)
 [monitor]   settle_max_ms, ring_pages
 [online]    mode = "enforce" | "observe" | "off", kill_on_touch = true

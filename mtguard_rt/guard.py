@@ -191,6 +191,14 @@ class Guard:
                     )
                 )
                 self._protect(watch, sb.canaries)  # before the server runs a single instruction
+            if box.allow_domains:  # the kernel's allowlist, attached before the server runs
+                if watch is None:
+                    raise GuardError("--allow-domain needs the eBPF monitor: it enforces it")
+                from .monitor.egress import open_network_policy
+
+                await stack.enter_async_context(
+                    open_network_policy(watch, box.allow_domains, box.dns)
+                )
             await sb.release()
             relay = on_message or _library_messages
             supervisors: list[Supervisor] = []  # this server's, once made (just below)

@@ -61,6 +61,9 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
     # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
     refused: int = 0
+    # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
+    # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
+    refused: int = 0
 
     @property
     def egress(self) -> bool:
@@ -205,6 +208,9 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     # network-policy refusals no process can be named for (packets arriving from an address
     # not allowed, dropped in softirq context); attributed ones are in their process's `net`
     refused: list[NetEvent] = msgspec.field(default_factory=list)
+    # the names the sandbox may reach, enforced in the kernel (`--allow-domain`): every
+    # connection that was not refused went to one of them (or a resolver); [] without a policy
+    network_policy: list[str] = msgspec.field(default_factory=list)
     # keys of processes spawned during the call and still alive once it settled: workers of
     # the server (git's helpers, a browser); their later events go to `between` or a later call
     workers: list[str] = msgspec.field(default_factory=list)

@@ -5,6 +5,8 @@ allowlisted or named by the arguments or the task, or when the address itself is
 there. Resolver traffic on allowed ports passes; the names it resolves are still checked.
 Only egress counts (`NetEvent.egress`): a datagram socket's connect() sends nothing, so a
 UDP connect with no datagram after it (a reachability probe) is observed, not a violation.
+Under a kernel-enforced allowlist (`--allow-domain`) its names are derived and a connection
+the kernel let through is allowed; one it refused is evidence ("refused by network policy").
 Incomplete trees and children that outlive the call are reported under their own rule.
 """
 
@@ -30,6 +32,9 @@ def _all_dns(tree: BehaviorTree) -> list[tuple[str, DnsEvent]]:
 def egress_text(n: NetEvent, ip: str) -> str:
     """Evidence for one egress event: `connected to 192.0.2.1:443` (tcp, or a transport
     the monitor did not learn), `sent 3 udp datagrams to 192.0.2.1:53`."""
+    if n.refused:
+        what = "connect to" if n.op == "connect" else "send to"
+        return f"{what} {ip}:{n.port} ({n.transport}) refused by network policy"
     failed = f" (failed {n.result})" if n.result < 0 else ""
     if n.op == "send" or n.transport in DATAGRAM_TRANSPORTS:
         plural = "s" if n.sent != 1 else ""
@@ -55,9 +60,13 @@ def unexpected_network(
         return []
     spec = policy.spec.rules.unexpected_network
     names = allowed_names(ctx, policy)
+    # under a kernel-enforced allowlist its names are derived, and every connection the
+    # kernel let through went to one of them or to a resolver (monitor/egress.py)
+    names.update(normalize_domain(n) for n in tree.network_policy)
     ips = set(policy.allowed_addresses)
     ips.update(ip for n in names if (ip := canonical_ip(n)) is not None)
     ev: list[str] = []
+    refused: list[str] = []
     seen_names: set[str] = set()
     for who, d in _all_dns(tree):
         name = normalize_domain(d.name)
@@ -70,12 +79,26 @@ def unexpected_network(
         for n in p.net:
             if not n.egress:  # an accept, or a datagram socket's connect that sent nothing
                 continue
+            if tree.network_policy and not n.refused:
+                continue
             ip = canonical_ip(n.address) or n.address
             if ip in ips or n.port in spec.allowed_ports:
+                if n.refused:  # derived, yet not in the allowlist: the policy's word, recorded
+                    refused.append(f"{label(p)} {egress_text(n, ip)}")
                 continue
             if spec.allow_loopback and is_loopback(ip):
                 continue
             ev.append(f"{label(p)} {egress_text(n, ip)}")
+    if not ev and refused:
+        v = violation(
+            "unexpected-network",
+            policy,
+            "post",
+            "refused by network policy: destinations the call named are not in the allowlist",
+            refused,
+        )
+        v.mode = "observe"  # stopped in the kernel, and asked for: evidence, not a deny
+        return [v]
     if not ev:
         return []
     return [

@@ -73,6 +73,14 @@ def add_guard_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--observe", action="store_true", help="record verdicts, block nothing")
     p.add_argument("--image", help="sandbox image (default: mtguard-rt/sandbox, built offline)")
     p.add_argument("--network", choices=["none", "host"], help="sandbox network (default none)")
+    p.add_argument(
+        "--allow-domain",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="host the server may reach, and only these (repeatable; subdomains included, "
+        "IP literals too): enforced in the kernel, everything else refused and reported",
+    )
     p.add_argument("--workspace", help="host directory mounted read-write in the sandbox")
     p.add_argument(
         "--user",
@@ -120,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         config.sandbox.image = args.image
     if args.network:
         config.sandbox.network = args.network
+    config.sandbox.allow_domains += [d for d in args.allow_domain if d]
     if args.workspace:
         if not os.path.isdir(args.workspace):
             raise GuardError(f"--workspace {args.workspace!r} is not a directory")
@@ -183,6 +192,7 @@ def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, 
         flag
         for flag, value in (
             ("--image", args.image), ("--network", args.network),
+            ("--allow-domain", args.allow_domain),
             ("--workspace", args.workspace), ("--mount", args.mount), ("--env", args.env),
             ("--rollback", args.rollback), ("--user", args.user),
         )

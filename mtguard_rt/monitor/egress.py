@@ -15,15 +15,18 @@ import os
 import secrets
 import socket
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from ..errors import BpfLoadError
+from ..errors import BpfLoadError, GuardError
 from .dns import decode_dns
 from .kinds import DNAME_MAX, NP_ANY, NP_DNS
 from .loader import BpfProgram
+from .monitor import Watch
 
 AF_INET, AF_INET6 = 2, 10
 RESOLVE_TIMEOUT_S = 2.0  # per resolver and query type: a start-up cost, so kept short
@@ -198,3 +201,33 @@ class NetworkPolicy:
                     del table[key]
                 except KeyError:
                     pass
+
+
+@asynccontextmanager
+async def open_network_policy(
+    watch: Watch, names: list[str], resolvers: list[str]
+) -> AsyncIterator[NetworkPolicy]:
+    """Enforce `names` on a watched sandbox until exit: resolve them first (through the
+    sandbox's own resolvers: the same answers), attach, and stamp the watch's trees."""
+    servers = resolvers or resolv_conf_servers()
+    if not servers:
+        raise GuardError("--allow-domain: no resolver in /etc/resolv.conf; set [sandbox] dns")
+    for name in names:
+        if not ip_literal(name):
+            wire_name(name)  # a name the kernel cannot hold fails here, with its text
+    found = await resolve_names(names, servers)
+    policy = NetworkPolicy(
+        watch._monitor.program,
+        watch.cgroup_id,
+        watch.cgroup_path,
+        names,
+        servers,
+        sorted({ip for ips in found.values() for ip in ips}),
+    )
+    policy.attach()
+    watch.network_policy = list(names)
+    try:
+        yield policy
+    finally:
+        watch.network_policy = []
+        policy.detach()

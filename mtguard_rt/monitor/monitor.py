@@ -50,6 +50,7 @@ class Watch:
         self.cgroup_id = cgroup_id
         self.cgroup_path = cgroup_path
         self.eager = eager
+        self.network_policy: list[str] = []  # names allowed in the kernel (egress.py): trees
 
     def protect(self, paths: dict[str, int]) -> list[str]:
         """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
@@ -112,6 +113,8 @@ class Watch:
                 win._finish(settled=settled, aborted=False)
         finally:
             mon._windows.pop(self.cgroup_id, None)
+            if win._tree is not None and self.network_policy:
+                win._tree.network_policy = list(self.network_policy)
             tree = win._tree
             if between is not None and tree is not None:
                 if tree.stdio is not None:

@@ -77,7 +77,9 @@ def container_spec(
         "Tty": False,
         "Labels": {OWNER_LABEL: owner_token(), "io.mtguard.server": name},
         "HostConfig": {
-            "NetworkMode": config.network,
+            # an allowlist needs connectivity: the host's network, filtered in the kernel
+            "NetworkMode": "host" if config.allow_domains else config.network,
+            **({"Dns": list(config.dns)} if config.allow_domains and config.dns else {}),
             "Binds": binds,
             "Memory": config.memory_mb * 1024 * 1024,
             "PidsLimit": config.pids_limit,

@@ -10,6 +10,12 @@ import msgspec
 class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     image: str | None = None  # None: the default image, built on first use
     network: Literal["none", "host"] = "none"
+    # Network policy (README, "Network policy"): hosts the server may reach, and only these
+    # (names, their subdomains, IP literals), enforced in the kernel on the sandbox's cgroup.
+    # Non-empty: the container uses the host's network, filtered; [] keeps `network`.
+    allow_domains: list[str] = msgspec.field(default_factory=list)
+    # resolvers the sandbox uses with a policy ([]: the host's /etc/resolv.conf nameservers)
+    dns: list[str] = msgspec.field(default_factory=list)
     workspace: str | None = None  # host directory mounted read-write at the same path
     mounts: list[str] = msgspec.field(default_factory=list)  # extra read-only host paths
     # /usr (and the Python environment the command runs from), read-only. None: on for the

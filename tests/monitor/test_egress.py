@@ -1,7 +1,7 @@
 """Real kernel: the network policy on a cgroup, against test hosts in a netns of our own.
 
-A netns `mtg-test-*` behind a veth pair holds 10.200.N.2 (a DNS server and an HTTP server)
-and 10.200.N.3 (another HTTP server). A process in a policed cgroup resolves a name under an
+Test hosts in a netns of our own (tests/netns_hosts.py): 10.200.N.2 (DNS and HTTP) and
+10.200.N.3 (HTTP). A process in a policed cgroup resolves a name under an
 allowed one (the kernel learns the answer), fetches from it, and is refused 10.200.N.3: EPERM
 at once, and the refusal is in the behavior tree with its address and process.
 """
@@ -9,7 +9,6 @@ at once, and the refusal is in the behavior tree with its address and process.
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 from collections.abc import AsyncIterator
 
@@ -20,33 +19,10 @@ from monitor_harness import CALL, gated_cgroup
 from mtguard_rt.monitor import MonitorConfig, open_monitor
 from mtguard_rt.monitor.egress import NetworkPolicy, resolve_names, wire_name
 from mtguard_rt.monitor.kinds import NP_ANY, NP_DNS
+from tests.netns_hosts import open_test_hosts
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
 PY = sys.executable
-
-SERVERS = """
-import socket, sys, threading
-from dnslib import QTYPE, RR, A, DNSRecord
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-dns_ip, other_ip = sys.argv[1], sys.argv[2]
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = f"hello from {self.server.server_address[0]}".encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body)))
-        self.end_headers(); self.wfile.write(body)
-    def log_message(self, *a): pass
-for ip in (dns_ip, other_ip):
-    threading.Thread(target=ThreadingHTTPServer((ip, 8080), H).serve_forever, daemon=True).start()
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((dns_ip, 53))
-print("ready", flush=True)
-while True:
-    data, peer = s.recvfrom(4096)
-    q = DNSRecord.parse(data); r = q.reply(); name = str(q.q.qname)
-    if q.q.qtype == QTYPE.A:
-        ip = other_ip if name.startswith("other") else dns_ip
-        r.add_answer(RR(q.q.qname, QTYPE.A, rdata=A(ip), ttl=60))
-    s.sendto(r.pack(), peer)
-"""
 
 CLIENT = """
 import json, socket, sys
@@ -62,7 +38,10 @@ def fetch(ip):
     except OSError as e:
         return e.errno
     c.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
-    return c.recv(4096).split(b"\\r\\n\\r\\n", 1)[-1].decode()
+    data = b""
+    while chunk := c.recv(4096):  # HTTP/1.0: the server closes after the body
+        data += chunk
+    return data.split(b"\\r\\n\\r\\n", 1)[-1].decode()
 out = {"addr": lookup("api.Allowed.test")}
 out["allowed"] = fetch(out["addr"])
 out["other_name"] = lookup("other.example.test")
@@ -71,45 +50,10 @@ print(json.dumps(out), flush=True)
 """
 
 
-async def sh(*cmd: str, check: bool = True) -> None:
-    with anyio.fail_after(20):
-        await anyio.run_process(cmd, check=check)
-
-
 @pytest.fixture
 async def test_hosts() -> AsyncIterator[tuple[str, str]]:
-    """A netns with two test hosts (10.200.N.2 runs DNS + HTTP, 10.200.N.3 HTTP)."""
-    tag, n = secrets.token_hex(3), secrets.randbelow(200) + 20
-    ns, host_if, ns_if = f"mtg-test-{tag}", f"mtgh{tag}", f"mtgn{tag}"
-    dns_ip, other_ip = f"10.200.{n}.2", f"10.200.{n}.3"
-    await sh("ip", "netns", "add", ns)
-    try:
-        await sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        await sh("ip", "link", "set", ns_if, "netns", ns)
-        await sh("ip", "addr", "add", f"10.200.{n}.1/24", "dev", host_if)
-        await sh("ip", "link", "set", host_if, "up")
-        for ip in (dns_ip, other_ip):
-            await sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", ns_if)
-        await sh("ip", "-n", ns, "link", "set", ns_if, "up")
-        await sh("ip", "-n", ns, "link", "set", "lo", "up")
-        servers = await anyio.open_process(
-            ["ip", "netns", "exec", ns, PY, "-c", SERVERS, dns_ip, other_ip], stderr=None
-        )
-        try:
-            assert servers.stdout is not None
-            with anyio.fail_after(15):
-                assert (await servers.stdout.receive()).startswith(b"ready")
-            yield dns_ip, other_ip
-        finally:
-            with anyio.CancelScope(shield=True):
-                servers.kill()
-                with anyio.move_on_after(5):
-                    await servers.wait()
-                await servers.aclose()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await sh("ip", "link", "del", host_if, check=False)  # gone with the netns, usually
-            await sh("ip", "netns", "del", ns)
+    async with open_test_hosts() as hosts:
+        yield hosts
 
 
 def test_wire_name() -> None:
