@@ -322,6 +322,25 @@ def test_incomplete_tree_fires_on_loss_and_lingering_children() -> None:
     assert run(incomplete_tree, ctx, clean, RESULT) == []
 
 
+def test_a_worker_left_running_is_evidence_never_a_deny() -> None:
+    """A process alive once the call settled (a helper, a browser) is a worker of the server:
+    recorded, even under a policy enforcing incomplete-tree; loss still follows the policy."""
+    strict = load_policy(["policies/strict.toml"])
+    assert strict.mode_of("incomplete-tree") == "enforce"
+    ctx = ctx_for("git_status", {"repo_path": "/workspace"})
+    tree = server_tree(ctx.call)
+    helper = child(tree, 95, ["git", "cat-file", "--batch"], still_running=True)
+    tree.workers = [helper.key]
+    view = TreeView.build(tree, strict, ctx.canaries)
+    [v] = incomplete_tree(ctx, view, RESULT, strict)
+    assert v.mode == "observe" and v.evidence == [
+        "pid 95 /usr/bin/git (git cat-file --batch) left running as a worker of the server"
+    ]
+    tree.complete, tree.incomplete_reasons = False, ["ring buffer overflow"]
+    [v] = incomplete_tree(ctx, TreeView.build(tree, strict, ctx.canaries), RESULT, strict)
+    assert v.mode == "enforce" and v.evidence[0] == "tree incomplete: ring buffer overflow"
+
+
 def test_command_mismatch_accepts_server_wrappers_around_the_declared_command() -> None:
     ctx = ctx_for("run_command", {"command": "ls -la"})
     tree = server_tree(ctx.call)

@@ -43,6 +43,13 @@ async def test_a_worker_does_not_hold_the_call_and_its_later_work_is_recorded(
 ) -> None:
     late = f"{tmp_path}/late"
     seen: list[tuple[int, Any]] = []
+    wrote = anyio.Event()
+
+    def hook(window: Any, proc: Any, ev: Any) -> None:
+        seen.append((proc.pid, ev))
+        if isinstance(ev, FileEvent) and ev.path == late:
+            wrote.set()  # the worker's open of `late`, seen by the closed call's hook
+
     config = MonitorConfig(settle_max_ms=2000, workers=True)
     async with (
         open_monitor(config) as mon,
@@ -51,14 +58,13 @@ async def test_a_worker_does_not_hold_the_call_and_its_later_work_is_recorded(
         mon.watch(cg.id, str(cg.path)) as watch,
     ):
         await cg.release(proc)
-        async with watch.window(CALL, lambda w, p, ev: seen.append((p.pid, ev))) as first:
+        async with watch.window(CALL, hook) as first:
             await ask(cg, proc, b"spawn\n")
             first.response_arrived()
             t0 = time.monotonic()
         settle_s = time.monotonic() - t0
         with anyio.fail_after(10):
-            while not os.path.exists(late):  # noqa: ASYNC110 - a file the worker writes
-                await anyio.sleep(0.02)
+            await wrote.wait()  # between the windows
         async with watch.window(NEXT) as second:
             await ask(cg, proc, b"next\n")
             second.response_arrived()
