@@ -484,3 +484,27 @@ def test_a_root_run_write_leaves_the_users_file_and_backup_owned_by_the_user(
     for p in (path, backup):
         st = p.stat()
         assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1001, 1001, 0o600)
+
+
+def test_the_readmes_wrap_example_is_what_wrap_writes(tmp_path: Path) -> None:
+    """README.md's "becomes" entry, reproduced with its paths made under tmp_path."""
+    import re
+
+    from mtguard_rt.hostconfig import default_infer
+
+    readme = (HOSTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Put it in front of a server", 1)[1].split("\n## ", 1)[0]
+    before = json.loads(re.search(r"An entry `(\{.*?\})`\nbecomes:", section, re.S).group(1))
+    after = json.loads("{" + re.search(r"becomes:\n\n```json\n(.*?)```", section, re.S).group(1)
+                       + "}")["files"]
+    root = str(tmp_path)
+
+    def moved(value: str) -> str:
+        return value.replace("/opt/", f"{root}/opt/").replace("/home/me", f"{root}/home/me")
+
+    _tree(tmp_path, "opt/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    (tmp_path / "home/me/project").mkdir(parents=True)
+    entry = {"command": before["command"], "args": [moved(a) for a in before["args"]]}
+    wrapped = wrap_config({"mcpServers": {"files": entry}}, mtguard=after["command"],
+                          infer=default_infer).config["mcpServers"]["files"]
+    assert wrapped == {"command": after["command"], "args": [moved(a) for a in after["args"]]}
