@@ -11,6 +11,7 @@ state directory hidden when a mount would expose it. `realize()` makes the host-
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Literal
@@ -64,6 +65,13 @@ def server_state_dir(state_dir: str | None, name: str) -> str:
     return os.path.join(base, "servers", safe_name(name))
 
 
+def package_state(server_state: str, package: str) -> str:
+    """The overlay state of one package directory: its name and a hash of its path, so a
+    server started from another directory never sees this one's writes."""
+    digest = hashlib.sha256(package.encode()).hexdigest()[:12]
+    return os.path.join(server_state, "package", f"{safe_name(os.path.basename(package))}-{digest}")
+
+
 def package_dir(command: list[str], mounts: list[str], dirs: list[str]) -> str | None:
     """The --mount holding the server's code: its program or the first script argument."""
     program = command[0] if "/" in command[0] else which(command[0], dirs)
@@ -98,11 +106,12 @@ def plan_sandbox(
     for m in mounts:
         binds.append(Bind(m, m, "rw", "overlay") if m == package else Bind(m, m, "ro"))
     if workspace:
-        check_reachable(workspace, user, [workspace], "workspace", idmapped=True)
+        mapped = os.path.realpath(workspace) if user.workspace_owner else None
+        check_reachable(workspace, user, [*mounts, workspace], "workspace", idmapped=mapped)
         kind: Literal["plain", "idmap"] = "idmap" if user.workspace_owner else "plain"
         binds.append(Bind(workspace, workspace, "rw", kind))
     for m in mounts:
-        check_reachable(m, user, [m], "mount")
+        check_reachable(m, user, mounts, "mount")
     data = os.path.join(state, "data")
     binds.append(Bind(data, data, "rw"))
     guard_state = str(state_home())
@@ -160,7 +169,7 @@ def realize(plan: SandboxPlan, mounts: MountSet) -> list[str]:
             elif b.kind == "overlay":
                 st = os.stat(b.source)
                 source = mounts.package_overlay(
-                    b.source, os.path.join(plan.server_state, "package"),
+                    b.source, package_state(plan.server_state, b.source),
                     (st.st_uid, st.st_gid), user,
                 )  # fmt: skip
         except OSError as exc:

@@ -76,23 +76,30 @@ def searchable(mode: int, owner: tuple[int, int], user: SandboxUser) -> bool:
 
 
 def check_reachable(
-    path: str, user: SandboxUser, visible_roots: list[str], what: str, *, idmapped: bool = False
+    path: str,
+    user: SandboxUser,
+    visible_roots: list[str],
+    what: str,
+    *,
+    idmapped: str | None = None,
 ) -> None:
-    """Every directory from the top of the bind mount holding `path` down to `path` must be
-    searchable by the sandbox user (directories above a mount are the image's own, 0755).
-    `idmapped`: the mount is the idmapped workspace, whose owner's entries are the user's."""
+    """Every directory from the top of the outermost bind mount holding `path` down to `path`
+    must be searchable by the sandbox user (directories above a mount are the image's own,
+    0755). Entries under `idmapped` (the workspace, when idmapped) show its owner as the
+    user."""
     real = os.path.realpath(path)
     roots = [r for r in visible_roots if real == r or real.startswith(r.rstrip("/") + "/")]
     if not roots:
         return
-    top = max(roots, key=len)
+    top = min(roots, key=len)
     parts = real[len(top) :].strip("/").split("/") if real != top else []
     current = top
     for part in ["", *parts]:
         current = os.path.join(current, part) if part else current
         st = os.stat(current)
         owner = (st.st_uid, st.st_gid)
-        if idmapped and owner == user.workspace_owner:
+        inside = idmapped is not None and (current + "/").startswith(idmapped + "/")
+        if inside and owner == user.workspace_owner:
             owner = (user.uid, user.gid)  # shown through the idmapped workspace
         if not searchable(st.st_mode, owner, user):
             raise SandboxError(
