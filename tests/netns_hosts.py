@@ -2,7 +2,9 @@
 
 10.200.N.2 runs a DNS server (names starting with "other" -> 10.200.N.3, every other name ->
 10.200.N.2) and an HTTP server on :8080; 10.200.N.3 another HTTP server. The host side of
-the veth is 10.200.N.1/24. GET /to-other redirects to 10.200.N.3. Torn down (netns, veth, servers) on exit. Needs root.
+the veth is 10.200.N.1/24. GET /to-other redirects to 10.200.N.3. Each host also has the
+IPv6 address `v6(ip)` (fd42:200:N::X) with an HTTP server on it. Torn down (netns, veth,
+servers) on exit. Needs root.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ class H(BaseHTTPRequestHandler):
         self.send_response(200); self.send_header("Content-Length", str(len(body)))
         self.end_headers(); self.wfile.write(body)
     def log_message(self, *a): pass
-for ip in (dns_ip, other_ip):
-    threading.Thread(target=ThreadingHTTPServer((ip, 8080), H).serve_forever, daemon=True).start()
+class H6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+for ip in (dns_ip, other_ip, *sys.argv[3:]):
+    cls = H6 if ":" in ip else ThreadingHTTPServer
+    threading.Thread(target=cls((ip, 8080), H).serve_forever, daemon=True).start()
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((dns_ip, 53))
 print("ready", flush=True)
 while True:
@@ -41,6 +46,12 @@ while True:
         r.add_answer(RR(q.q.qname, QTYPE.A, rdata=A(ip), ttl=60))
     s.sendto(r.pack(), peer)
 """
+
+
+def v6(ip: str) -> str:
+    """A test host's IPv6 address: 10.200.N.X -> fd42:200:N::X."""
+    _, _, n, x = ip.split(".")
+    return f"fd42:200:{n}::{x}"
 
 
 async def sh(*cmd: str, check: bool = True) -> None:
@@ -60,12 +71,27 @@ async def open_test_hosts() -> AsyncIterator[tuple[str, str]]:
         await sh("ip", "link", "set", ns_if, "netns", ns)
         await sh("ip", "addr", "add", f"10.200.{n}.1/24", "dev", host_if)
         await sh("ip", "link", "set", host_if, "up")
+        await sh("ip", "addr", "add", f"{v6(f'10.200.{n}.1')}/64", "dev", host_if, "nodad")
         for ip in (dns_ip, other_ip):
             await sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", ns_if)
+            await sh("ip", "-n", ns, "addr", "add", f"{v6(ip)}/64", "dev", ns_if, "nodad")
         await sh("ip", "-n", ns, "link", "set", ns_if, "up")
         await sh("ip", "-n", ns, "link", "set", "lo", "up")
         servers = await anyio.open_process(
-            ["ip", "netns", "exec", ns, PY, "-c", SERVERS, dns_ip, other_ip], stderr=None
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                PY,
+                "-c",
+                SERVERS,
+                dns_ip,
+                other_ip,
+                v6(dns_ip),
+                v6(other_ip),
+            ],
+            stderr=None,
         )
         try:
             assert servers.stdout is not None

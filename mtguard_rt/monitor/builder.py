@@ -24,7 +24,7 @@ from ..model import (
 )
 from .decode import RawEvent, Recording
 from .dns import decode_dns
-from .kinds import BLIND_SPOTS, NP_AT_CONNECT, TRANSPORTS, Flag, Kind
+from .kinds import BLIND_SPOTS, NP_AT_CONNECT, NP_AT_INGRESS, TRANSPORTS, Flag, Kind
 from .paths import AT_FDCWD, FsState, text
 from .procfs import SeedProcess
 from .stdio import StdioAssembler
@@ -65,6 +65,10 @@ F_TRUNC1, F_TRUNC2, F_LEN_PARTIAL = int(Flag.TRUNC1), int(Flag.TRUNC2), int(Flag
 F_HAS_CODE, F_BYFD = int(Flag.HAS_CODE), int(Flag.BYFD)
 F_CONNECTED, K_NET_SENT = int(Flag.CONNECTED), int(Kind.NET_SENT)
 K_NET_REFUSED = int(Kind.NET_REFUSED)
+NP_OPS: dict[int, Literal["connect", "accept", "send"]] = {
+    NP_AT_CONNECT: "connect",
+    NP_AT_INGRESS: "accept",
+}
 K_OPEN, K_CLOSE = int(Kind.OPEN), int(Kind.CLOSE)
 K_STDIO = int(Kind.STDIO)
 _flag_cache: dict[int, list[str]] = {}
@@ -370,7 +374,7 @@ class TreeBuilder:
             return
         net = NetEvent(
             ts_ns=ev.ts_ns,
-            op="connect" if ev.a0 == NP_AT_CONNECT else "send",
+            op=NP_OPS.get(ev.a0, "send"),  # inbound packets: "accept" (not egress)
             family=family,
             address=address,
             port=ev.a2,

@@ -19,7 +19,7 @@ from monitor_harness import CALL, gated_cgroup
 from mtguard_rt.monitor import MonitorConfig, open_monitor
 from mtguard_rt.monitor.egress import NetworkPolicy, resolve_names, wire_name
 from mtguard_rt.monitor.kinds import NP_ANY, NP_DNS
-from tests.netns_hosts import open_test_hosts
+from tests.netns_hosts import open_test_hosts, v6
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
 PY = sys.executable
@@ -109,3 +109,79 @@ async def test_allowed_name_reachable_unlisted_address_refused_in_the_kernel(
     # 0, or EINPROGRESS (a connect with a timeout is non-blocking)
     assert [(n.op, n.result in (0, -115), n.refused) for n in ok] == [("connect", True, 0)]
     assert not policy.allowed(dns_ip)  # detached: the cgroup's entries are gone
+
+
+CLIENT6 = """
+import json, socket, sys
+ok6, other6, other4 = sys.argv[1], sys.argv[2], sys.argv[3]
+def connect(family, ip):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect((ip, 8080))
+        s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        return data.split(b"\\r\\n\\r\\n", 1)[-1].decode()
+    except OSError as e:
+        return e.errno
+out = {"ok6": connect(socket.AF_INET6, ok6), "other6": connect(socket.AF_INET6, other6)}
+out["mapped"] = connect(socket.AF_INET6, "::ffff:" + other4)  # v4-mapped: the IPv4 policy
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", (other4, 9999))
+    out["udp"] = 0
+except OSError as e:
+    out["udp"] = e.errno
+listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen()
+print(json.dumps(out), flush=True)
+print(listener.getsockname()[1], flush=True)
+sys.stdin.readline()
+"""
+
+
+async def test_ipv6_literal_allowed_mapped_udp_and_inbound_refused(
+    test_hosts: tuple[str, str],
+) -> None:
+    dns_ip, other_ip = test_hosts
+    ok6, other6 = v6(dns_ip), v6(other_ip)
+    async with open_monitor(MonitorConfig(settle_max_ms=2000)) as mon, gated_cgroup() as cg:
+        policy = NetworkPolicy(mon.program, cg.id, str(cg.path), [ok6], [])
+        policy.attach()
+        try:
+            async with cg.run([PY, "-c", CLIENT6, ok6, other6, other_ip]) as proc:
+                async with mon.watch(cg.id, str(cg.path)) as watch:
+                    async with watch.window(CALL) as window:
+                        await cg.release(proc)
+                        out = json.loads(await cg.line())
+                        port = int(await cg.line())
+                        # from outside the cgroup: the SYN never reaches the listener
+                        with pytest.raises(TimeoutError):
+                            with anyio.fail_after(1):
+                                await anyio.connect_tcp("127.0.0.1", port)
+                        assert proc.stdin is not None
+                        await proc.stdin.send(b"done\n")
+                        with anyio.fail_after(10):
+                            await proc.wait()
+                        window.response_arrived()
+        finally:
+            policy.detach()
+    assert out == {"ok6": f"hello from {ok6}", "other6": 1, "mapped": 1, "udp": 1}
+    tree = window.tree
+    refused = sorted(
+        (n.op, n.family, n.address, n.port, n.transport)
+        for p in tree.processes
+        for n in p.net
+        if n.refused
+    )
+    assert refused == sorted(
+        [
+            ("connect", "ipv6", other6, 8080, "tcp"),
+            ("connect", "ipv4", other_ip, 8080, "tcp"),  # the v4-mapped one
+            ("send", "ipv4", other_ip, 9999, "udp"),
+        ]
+    )
+    # inbound, dropped in softirq context: no process to name, the peer's address and port
+    inbound = {(n.op, n.address, n.transport, n.egress) for n in tree.refused}
+    assert inbound == {("accept", "127.0.0.1", "tcp", False)}
