@@ -10,7 +10,8 @@
  *   anything the socket hooks do not see); ingress: every packet from one is dropped.
  * - A resolver entry (MT_NP_DNS) is allowed for port 53 only. A DNS answer from a resolver to
  *   a question whose name, or a parent of it, is in `np_names` adds its A/AAAA addresses to
- *   `np_addrs` in the ingress program, before the socket can read the answer: no race.
+ *   `np_addrs` in the ingress program (one tail call per answer record, mt_np_answer),
+ *   before the socket can read the answer: no race.
  * Only the UAPI contexts (bpf_sock_addr, __sk_buff) and packet bytes are read.
  */
 
@@ -39,9 +40,12 @@ struct np_qbuf {
     u8 name[2 * MT_DNAME_MAX];
     u32 answers;  /* offset of the next answer record, kept in memory (see np_learn) */
     u32 end;      /* length of the question name */
+    u32 left;     /* answer records still to read (mt_np_answer) */
+    u64 cg;       /* the cgroup they are allowed for */
 };
 BPF_PERCPU_ARRAY(np_scratch, struct np_name, 1);  /* ingress (softirq) only */
 BPF_PERCPU_ARRAY(np_qscratch, struct np_qbuf, 1);
+BPF_PROG_ARRAY(np_tail, 1);  /* [0]: mt_np_answer, set by egress.py */
 
 /* an index into a question buffer, masked so that the verifier sees the bound (the empty asm
  * stops clang from dropping a mask it can prove redundant) */
@@ -81,8 +85,8 @@ static __always_inline int np_allowed(struct np_key *k, u32 port, u32 proto)
            (proto == NP_IPPROTO_UDP || proto == NP_IPPROTO_TCP || proto == 0);
 }
 
-/* One EV_NET_REFUSED record: a0 where (an MT_NP_AT_CONNECT ... value), a1 family, a2 port, a3 transport,
- * ret refused so far for this (cgroup, address) when packets are counted. */
+/* One EV_NET_REFUSED record: a0 where (an MT_NP_AT_CONNECT ... value), a1 family, a2 port,
+ * a3 transport, ret refused so far for this (cgroup, address) when packets are counted. */
 static __always_inline void np_report(struct np_key *k, u32 where, u32 port, u32 transport,
                                       u64 count, int with_task)
 {
@@ -313,31 +317,49 @@ static __always_inline void np_learn(struct __sk_buff *skb, u64 cg, u32 off)
         return;
     /* answers: an owner name is a compression pointer (what resolvers send); any other form
      * stops the walk (fail closed: those addresses are not learnt) */
-    for (int i = 0; i < MT_DNS_ANSWERS_MAX; i++) {
-        if (i >= an)
-            return;
-        u32 p = *(volatile u32 *)&q->answers;  /* from memory each time: one verifier state per iteration */
-        u8 rr[12];
-        if (bpf_skb_load_bytes(skb, p, rr, sizeof(rr)))
-            return;
-        if ((rr[0] & 0xC0) != 0xC0)
-            return;
-        u32 type = (u32)rr[2] << 8 | rr[3], rdlen = (u32)rr[10] << 8 | rr[11];
-        q->answers = p + 12 + rdlen;
-        struct np_key k = {};
-        k.cgroup_id = cg;
-        if (type == 1 && rdlen == 4)
-            k.family = NP_AF_INET;
-        else if (type == 28 && rdlen == 16)
-            k.family = NP_AF_INET6;
-        else
-            continue;
-        if (bpf_skb_load_bytes(skb, p + 12, k.addr, rdlen == 4 ? 4 : 16))
-            return;
+    q->left = an < MT_DNS_ANSWERS_MAX ? an : MT_DNS_ANSWERS_MAX;
+    q->cg = cg;
+    np_tail.call(skb, 0);  /* mt_np_answer, once per record; returns here only if unset */
+}
+
+/* One answer record per run, then a tail call to itself: the verifier sees one record, not
+ * a loop over them (bcc has no bpf_loop callbacks). State is in np_qscratch: ingress runs
+ * in softirq context, which does not nest on a CPU. The owner name must be a compression
+ * pointer (what resolvers send); an A or AAAA record's address is allowed. The packet came
+ * from a resolver to a socket of the cgroup: it passes (1) whatever is read here. */
+int mt_np_answer(struct __sk_buff *skb)
+{
+    u32 zero = 0;
+    struct np_qbuf *q = np_qscratch.lookup(&zero);
+    if (!q || q->left == 0)
+        return 1;
+    q->left -= 1;
+    u32 p = q->answers;
+    u8 rr[12];
+    if (bpf_skb_load_bytes(skb, p, rr, sizeof(rr)))
+        return 1;
+    if ((rr[0] & 0xC0) != 0xC0)
+        return 1;
+    u32 type = (u32)rr[2] << 8 | rr[3], rdlen = (u32)rr[10] << 8 | rr[11];
+    q->answers = p + 12 + rdlen;
+    struct np_key k = {};
+    k.cgroup_id = q->cg;
+    if (type == 1 && rdlen == 4) {
+        k.family = NP_AF_INET;
+        if (bpf_skb_load_bytes(skb, p + 12, k.addr, 4))
+            return 1;
+    } else if (type == 28 && rdlen == 16) {
+        k.family = NP_AF_INET6;
+        if (bpf_skb_load_bytes(skb, p + 12, k.addr, 16))
+            return 1;
+    }
+    if (k.family) {
         u32 *v = np_addrs.lookup(&k);
         u32 nv = (v ? *v : 0) | MT_NP_ANY;
         np_addrs.update(&k, &nv);
     }
+    np_tail.call(skb, 0);
+    return 1;
 }
 
 int mt_np_ingress(struct __sk_buff *skb)

@@ -1,10 +1,10 @@
 """Test hosts for the network policy: a netns `mtg-test-*` of our own behind a veth pair.
 
-10.200.N.2 runs a DNS server (names starting with "other" -> 10.200.N.3, every other name ->
-10.200.N.2) and an HTTP server on :8080; 10.200.N.3 another HTTP server. The host side of
-the veth is 10.200.N.1/24. GET /to-other redirects to 10.200.N.3. Each host also has the
-IPv6 address `v6(ip)` (fd42:200:N::X) with an HTTP server on it. Torn down (netns, veth,
-servers) on exit. Needs root.
+10.200.N.2 runs a DNS server (names starting with "other" -> 10.200.N.3, "many..." -> a CNAME
+then 10.200.N.40-47, every other name -> 10.200.N.2) and an HTTP server on :8080; 10.200.N.3
+another HTTP server. The host side of the veth is 10.200.N.1/24. GET /to-other redirects to
+10.200.N.3. Each host also has the IPv6 address `v6(ip)` (fd42:200:N::X) with an HTTP server
+on it. Torn down (netns, veth, servers) on exit. Needs root.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import anyio
 PY = sys.executable
 SERVERS = """
 import socket, sys, threading
-from dnslib import QTYPE, RR, A, DNSRecord
+from dnslib import CNAME, QTYPE, RR, A, DNSRecord
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 dns_ip, other_ip = sys.argv[1], sys.argv[2]
 class H(BaseHTTPRequestHandler):
@@ -41,7 +41,11 @@ print("ready", flush=True)
 while True:
     data, peer = s.recvfrom(4096)
     q = DNSRecord.parse(data); r = q.reply(); name = str(q.q.qname)
-    if q.q.qtype == QTYPE.A:
+    if q.q.qtype == QTYPE.A and name.startswith("many"):  # a CDN: a CNAME, then 8 addresses
+        r.add_answer(RR(q.q.qname, QTYPE.CNAME, rdata=CNAME("edge.cdn.test"), ttl=60))
+        for i in range(8):
+            r.add_answer(RR("edge.cdn.test", QTYPE.A, rdata=A(dns_ip[:-1] + str(40 + i)), ttl=60))
+    elif q.q.qtype == QTYPE.A:
         ip = other_ip if name.startswith("other") else dns_ip
         r.add_answer(RR(q.q.qname, QTYPE.A, rdata=A(ip), ttl=60))
     s.sendto(r.pack(), peer)

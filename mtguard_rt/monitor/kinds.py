@@ -105,7 +105,7 @@ NP_REPORT_NS = 1_000_000_000  # dropped packets: one record per address per seco
 DNAME_MAX = 128  # wire-format question names learnt from are shorter than this
 DNAME_LABELS_MAX = 32
 DNAME_SUFFIXES = 8  # the name and its parents looked up in `np_names`
-DNS_ANSWERS_MAX = 2  # answer records learnt per DNS response (more: the verifier gives up)
+DNS_ANSWERS_MAX = 32  # answer records read per DNS response (one tail call each: <= 33)
 # tracepoints attached by name (bcc's TRACEPOINT_PROBE allows one program per tracepoint in
 # a source; these share theirs with other sections): tracepoint -> function
 NAMED_TRACEPOINTS = {

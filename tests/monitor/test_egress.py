@@ -46,6 +46,7 @@ out = {"addr": lookup("api.Allowed.test")}
 out["allowed"] = fetch(out["addr"])
 out["other_name"] = lookup("other.example.test")
 out["other"] = fetch(other)
+out["many"] = lookup("many.allowed.test")  # the CNAME first, then 8 addresses
 print(json.dumps(out), flush=True)
 """
 
@@ -90,6 +91,8 @@ async def test_allowed_name_reachable_unlisted_address_refused_in_the_kernel(
             # learnt in the kernel from the DNS answer to a name under an allowed one
             assert policy.allowed(dns_ip) == NP_DNS | NP_ANY
             assert policy.allowed(other_ip) == 0  # answered for a name not allowed
+            base = dns_ip[:-1]  # every address of a long answer, after its CNAME
+            assert [policy.allowed(f"{base}{40 + i}") for i in range(8)] == [NP_ANY] * 8
         finally:
             policy.detach()
     assert out == {
@@ -97,6 +100,7 @@ async def test_allowed_name_reachable_unlisted_address_refused_in_the_kernel(
         "allowed": f"hello from {dns_ip}",
         "other_name": other_ip,
         "other": 1,  # EPERM, at once
+        "many": "edge.cdn.test.",
     }
     tree = window.tree
     refused = [(p.pid, n) for p in tree.processes for n in p.net if n.refused]
