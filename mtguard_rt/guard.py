@@ -179,7 +179,9 @@ class Guard:
         async with AsyncExitStack() as stack:
             box = sandbox or self.config.sandbox
             # the workspace's baseline, taken before the server can run (issue 8: rollback)
-            rollback = await stack.enter_async_context(open_rollback(box, observe=self.observe))
+            rollback = await stack.enter_async_context(
+                open_rollback(box, observe=self.observe, name=name)
+            )
             sb = await stack.enter_async_context(
                 open_sandbox(command, box, name=name, gated=True)
             )

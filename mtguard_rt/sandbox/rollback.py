@@ -27,6 +27,7 @@ import anyio.to_thread
 
 from ..errors import RollbackError
 from ..model import BehaviorTree, RollbackReport
+from .plan import server_state_dir
 from .settings import SandboxConfig
 from .shadow import ShadowLimits, WorkspaceShadow
 
@@ -67,6 +68,21 @@ def tree_paths(tree: BehaviorTree, workspace: str) -> tuple[set[str] | None, str
     return out, None
 
 
+def _merge(report: RollbackReport, more: RollbackReport) -> None:
+    """Fold another root's report into `report`: a failure anywhere fails the whole."""
+    both = [*report.paths, *more.paths]
+    report.paths = both[:LISTED]
+    report.unlisted += more.unlisted + max(0, len(both) - LISTED)
+    for field in ("created", "modified", "deleted", "scanned", "synced"):
+        setattr(report, field, getattr(report, field) + getattr(more, field))
+    report.failed = [*report.failed, *more.failed][:LISTED]
+    report.fallback = report.fallback or more.fallback
+    report.ms = round(report.ms + more.ms, 3)
+    if more.action == "failed":
+        report.action = "failed"
+        report.error = report.error or more.error
+
+
 def _under(rel: str, roots: set[str]) -> bool:
     return any(rel == r or rel.startswith(r + "/") or not r for r in roots)
 
@@ -95,6 +111,9 @@ class WorkspaceRollback:
         self.broken: str | None = None  # set when the shadow no longer holds the baseline
         self.snapshot_ms = 0.0
         self._pending: _Pending | None = None
+        # more roots rolled back with this one (the server's own state directory): each
+        # follows the same protocol; their reports are merged into this root's
+        self.extra: list[WorkspaceRollback] = []
 
     def _abs(self, rel: str) -> str:
         return f"{self.workspace}/{rel}" if rel else self.workspace
@@ -107,6 +126,25 @@ class WorkspaceRollback:
     # -- the protocol the supervisor follows ---------------------------------------------
     async def begin(self, call_id: str) -> None:
         """Before the call's dispatch, under the server lock."""
+        await self._begin(call_id)
+        for other in self.extra:
+            await other._begin(call_id)
+
+    async def capture(self, call_id: str, tree: BehaviorTree) -> None:
+        """After the call's window closed, still under the server lock."""
+        for each in (self, *self.extra):
+            await each._capture_call(call_id, tree)
+
+    async def settle(self, call_id: str, *, deny: bool) -> RollbackReport | None:
+        """Once the verdict is known: restore on an enforced deny, else commit."""
+        report = await self._settle_call(call_id, deny=deny)
+        for other in self.extra:
+            more = await other._settle_call(call_id, deny=deny)
+            if report is not None and more is not None:
+                _merge(report, more)
+        return report
+
+    async def _begin(self, call_id: str) -> None:
         prev = self._pending
         if prev is not None and not prev.settled.is_set():
             if prev.changed is not None:
@@ -119,8 +157,7 @@ class WorkspaceRollback:
         if self.broken is None:
             await self._timed(report, self._before, report)
 
-    async def capture(self, call_id: str, tree: BehaviorTree) -> None:
-        """After the call's window closed, still under the server lock."""
+    async def _capture_call(self, call_id: str, tree: BehaviorTree) -> None:
         pending = self._pending
         if pending is None or pending.call_id != call_id or self.broken is not None:
             return
@@ -128,8 +165,7 @@ class WorkspaceRollback:
         pending.report.fallback = why
         await self._timed(pending.report, self._capture, pending, paths)
 
-    async def settle(self, call_id: str, *, deny: bool) -> RollbackReport | None:
-        """Once the verdict is known: restore on an enforced deny, else commit."""
+    async def _settle_call(self, call_id: str, *, deny: bool) -> RollbackReport | None:
         pending = self._pending
         if pending is None or pending.call_id != call_id:
             return None
@@ -226,37 +262,59 @@ class WorkspaceRollback:
 
 @asynccontextmanager
 async def open_rollback(
-    config: SandboxConfig, *, observe: bool = False
+    config: SandboxConfig, *, observe: bool = False, name: str | None = None
 ) -> AsyncIterator[WorkspaceRollback | None]:
-    """The rollback for a sandbox with `config` (None when `rollback = "off"`): the workspace
-    is snapshot on entry; the shadow copy is removed on exit."""
+    """The rollback for a sandbox with `config` (None when `rollback = "off"`): the workspace,
+    and with the server's `name` its persistent state directory too (plan.py), are snapshot
+    on entry; the shadow copies are removed on exit."""
     if config.rollback == "off":
         yield None
         return
-    root, store, limits = _prepare(config)
+    root, base, limits = _prepare(config)
+    roots = [root]
+    if name is not None:
+        data = os.path.join(server_state_dir(config.state_dir, name), "data")
+        os.makedirs(data, mode=0o700, exist_ok=True)
+        roots.append(data)
+    stores: list[str] = []
+    shadows: list[WorkspaceShadow] = []
     try:
         t0 = time.perf_counter()
-        try:
-            shadow = await anyio.to_thread.run_sync(
-                WorkspaceShadow.create, root, store, limits, config.rollback_timeout_s
-            )
-        except OSError as exc:
-            raise RollbackError(root, f"snapshot failed: {exc.strerror}: {exc.filename}") from exc
-        rollback = WorkspaceRollback(
-            shadow, config.rollback, observe=observe, timeout_s=config.rollback_timeout_s
-        )
+        for each in roots:
+            stores.append(_store(each, base))
+            try:
+                shadows.append(await anyio.to_thread.run_sync(
+                    WorkspaceShadow.create, each, stores[-1], limits, config.rollback_timeout_s
+                ))  # fmt: skip
+            except OSError as exc:
+                why = f"snapshot failed: {exc.strerror}: {exc.filename}"
+                raise RollbackError(each, why) from exc
+        rollback, *extra = [
+            WorkspaceRollback(s, config.rollback, observe=observe,
+                              timeout_s=config.rollback_timeout_s)
+            for s in shadows
+        ]  # fmt: skip
+        rollback.extra = extra
         rollback.snapshot_ms = round((time.perf_counter() - t0) * 1000, 3)
-        try:
-            yield rollback
-        finally:
-            shadow.close()
+        yield rollback
     finally:
+        for shadow in shadows:
+            shadow.close()
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(shutil.rmtree, store, True)
+            for store in stores:
+                await anyio.to_thread.run_sync(shutil.rmtree, store, True)
+
+
+def _store(root: str, base: str) -> str:
+    try:
+        return tempfile.mkdtemp(prefix="mtguard-shadow-", dir=base)
+    except OSError as exc:
+        raise RollbackError(root, f"cannot create the shadow in {base}: {exc.strerror}") from exc
 
 
 def _prepare(config: SandboxConfig) -> tuple[str, str, ShadowLimits]:
-    """Check the rollback settings; make the private shadow directory (mode 0700)."""
+    """Check the rollback settings: (workspace, where shadows go, limits). A shadow is a
+    private directory (mode 0700) made there by `_store`."""
     if not config.workspace:
         raise RollbackError("(none)", f'rollback = "{config.rollback}" needs a [sandbox] workspace')
     root = os.path.normpath(os.path.abspath(config.workspace))
@@ -274,8 +332,4 @@ def _prepare(config: SandboxConfig) -> tuple[str, str, ShadowLimits]:
     limits = ShadowLimits(
         max_files=config.rollback_max_files, max_bytes=config.rollback_max_mb << 20
     )
-    try:
-        store = tempfile.mkdtemp(prefix="mtguard-shadow-", dir=base)
-    except OSError as exc:
-        raise RollbackError(root, f"cannot create the shadow in {base}: {exc.strerror}") from exc
-    return root, store, limits
+    return root, base, limits
