@@ -171,5 +171,6 @@ def _real_suite(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(markdown)
     (out / "report.json").write_text(render_json(run))
     print(markdown)
-    print(f"wrote {out / 'report.md'}, {out / 'report.json'}", file=sys.stderr)
+    print(f"wrote {out / 'report.md'}, {out / 'report.json'}; workspaces and audit logs in "
+          f"{run.workdir}", file=sys.stderr)
     return 1 if failed(run) else 0

@@ -11,7 +11,9 @@ for the sessions that pass today (the rules are being fixed in parallel).
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,13 @@ import pytest
 
 from mtguard_rt.eval.realsuite import report
 from mtguard_rt.eval.realsuite.compare import classify, normalise, normalise_text
-from mtguard_rt.eval.realsuite.runner import CallRun, ServerRun, SuiteRun, run_suite
+from mtguard_rt.eval.realsuite.runner import (
+    CallRun,
+    ServerRun,
+    SuiteRun,
+    create_workdir,
+    run_suite,
+)
 from mtguard_rt.eval.realsuite.session import (
     SESSIONS_DIR,
     Call,
@@ -217,10 +225,20 @@ def real_servers() -> None:
         pytest.fail(f"scripts/setup-servers.sh failed:\n{done.stderr[-2000:]}")
 
 
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """The runner's own folder (under /tmp, traversable by the sandbox user), removed after."""
+    path = create_workdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.docker
 @pytest.mark.bpf
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
-def test_real_suite_runs_compares_and_reports_a_harmful_call(real_servers: None) -> None:
+def test_real_suite_runs_compares_and_reports_a_harmful_call(
+    real_servers: None, workdir: Path
+) -> None:
     sessions = load_sessions(FAST)
     git = sessions[0]
     # A harmful call slipped into the benign git session: it names the user's SSH directory.
@@ -229,7 +247,7 @@ def test_real_suite_runs_compares_and_reports_a_harmful_call(real_servers: None)
 
     async def main() -> SuiteRun:
         with anyio.fail_after(SUITE_TIMEOUT_S):
-            return await run_suite(sessions, progress=None)
+            return await run_suite(sessions, progress=None, workdir=workdir)
 
     run = anyio.run(main, backend="trio")
     by_name = {s.server: s for s in run.servers}
@@ -246,8 +264,8 @@ def test_real_suite_runs_compares_and_reports_a_harmful_call(real_servers: None)
     assert bad.guarded is not None
     assert bad.guarded["content"][0]["text"].startswith("mtguard denied git_log")
     # the calls after the harmful one still ran and compare with the unguarded run
-    commit = by_name["git"].calls[8]
-    assert commit.tool == "git_commit" and commit.decision == "allow"
+    commit = next(c for c in by_name["git"].calls if c.tool == "git_commit")
+    assert commit.index > bad.index and commit.decision == "allow" and commit.status == "ok"
     summary = report.summarise(run)
     assert summary["fp_by_rule"] and summary["servers"][0]["false_positives"][0]["call"] == 3
     for server in run.servers:
@@ -255,6 +273,8 @@ def test_real_suite_runs_compares_and_reports_a_harmful_call(real_servers: None)
         if server.server in PASSING:
             assert [(c.index, c.tool, c.status, c.rules, c.detail) for c in benign
                     if c.status != "ok"] == []
+    audit = workdir / "git" / "audit.jsonl"
+    assert len(audit.read_bytes().splitlines()) == len(git.calls)  # one record per call
     # the run is plain data: it round-trips through its JSON
     again = msgspec.json.decode(msgspec.json.encode(run), type=SuiteRun)
     assert again == run

@@ -77,10 +77,15 @@ class SuiteRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     seconds: float = 0.0
     command: str = ""
     commit: str = ""
+    workdir: str = ""  # workspaces, audit logs and server stderr of each session
 
 
-def suite_root() -> Path:
-    return Path(tempfile.gettempdir()) / "mtguard-realsuite"
+def create_workdir() -> Path:
+    """A fresh folder per suite run (runs in parallel never share a workspace), which the
+    sandbox user can traverse."""
+    path = Path(tempfile.mkdtemp(prefix="mtguard-realsuite-"))
+    path.chmod(0o755)
+    return path
 
 
 def _owner_name(uid: int) -> str:
@@ -212,10 +217,10 @@ def _subs(values: dict[str, str], user: str) -> dict[str, str]:
     return subs
 
 
-async def run_session(session: Session, site: str | None, progress: TextIO | None) -> ServerRun:
+async def run_session(session: Session, site: str | None, workdir: Path) -> ServerRun:
     run = ServerRun(server=session.server, package=session.package, registry=session.registry)
     t0 = time.perf_counter()
-    root = suite_root() / session.server
+    root = workdir / session.server
     ws, home, audit = root / "ws", root / "home", root / "audit.jsonl"
     if root.exists():
         shutil.rmtree(root)
@@ -310,16 +315,24 @@ def _commit() -> str:
 
 
 async def run_suite(
-    sessions: Sequence[Session], *, command: str = "", progress: TextIO | None = sys.stderr
+    sessions: Sequence[Session],
+    *,
+    command: str = "",
+    progress: TextIO | None = sys.stderr,
+    workdir: Path | None = None,
 ) -> SuiteRun:
-    suite = SuiteRun(started=time.time(), command=command, commit=_commit())
+    """Run `sessions` one after another; their files stay in `workdir` (default: a new temp
+    folder, named in the result) for a look at the audit logs."""
+    workdir = workdir or create_workdir()
+    suite = SuiteRun(started=time.time(), command=command, commit=_commit(),
+                     workdir=str(workdir))
     t0 = time.perf_counter()
     async with AsyncExitStack() as stack:
         site = None
         if any("site" in placeholders(msgspec.to_builtins(s)) for s in sessions):
             site = await stack.enter_async_context(open_sites())
         for n, session in enumerate(sessions, 1):
-            run = await run_session(session, site, progress)
+            run = await run_session(session, site, workdir)
             suite.servers.append(run)
             if progress is not None:
                 marks = "".join({"ok": ".", "fp": "D", "broken": "B", "session-error": "E",
