@@ -122,7 +122,7 @@ def plan_sandbox(
         check_command(command, path, visible, workspace, image)
     env = {"HOME": HOME, "USER": "mtguard", "PATH": ":".join(path), "LANG": "C.UTF-8",
            "SHELL": user_shell(visible), "MTGUARD_STATE_DIR": data}  # fmt: skip
-    if config.network == "none":
+    if config.network == "none" and not config.allow_domains:  # no network at all
         env.update({k: v for k, v in OFFLINE_ENV.items() if k not in config.env})
     env.update(config.env)
     return SandboxPlan(user=user, binds=binds, path=path, shell=env["SHELL"],

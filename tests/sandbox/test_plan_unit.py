@@ -121,6 +121,9 @@ def test_plan_of_a_plain_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     plan = plan_sandbox(["node", str(pkg / "dist/index.js")], off, "mem", "img", runtime=True)
     assert {b.source: b.kind for b in plan.binds}[str(pkg)] == "plain"
     assert "npm_config_fetch_retries" not in plan.env
+    allowed = SandboxConfig(allow_domains=["registry.npmjs.org"])
+    plan = plan_sandbox(["sh"], allowed, "npx", "img", runtime=True)
+    assert "npm_config_fetch_retries" not in plan.env and "UV_OFFLINE" not in plan.env
     with pytest.raises(CommandNotFound):
         plan_sandbox(["no-such-program-x"], SandboxConfig(), "x", "img", runtime=True)
 
