@@ -185,3 +185,18 @@ def test_a_job_pipeline_needs_a_program_of_the_job() -> None:
     assert diag.exec_why("/usr/bin/dash", ["sh", "-c", "uname -a; df -h | tail -n 3"]) == "job"
     assert diag.exec_why("/usr/bin/dash", ["sh", "-c", "cat /etc/shadow"]) is None
     assert diag.exec_why("/usr/bin/cat", ["cat", "/etc/shadow"]) is None
+
+
+def test_a_learnt_profile_explains_the_programs_it_lists(tmp_path: Any) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        "[profile]\nversion = 1\n\n"
+        '[servers.srv.tools.render]\ncalls = 5\nmax_processes = 2\nexes = ["/usr/bin/node"]\n'
+    )
+    policy = load_policy()
+    policy.use_profile(str(path))
+    exp = Expected.of(ctx_for("render", {"page": "a.html"}), policy)
+    assert exp.exec_why("/usr/bin/node", ["node", "render.js"]) == "profile"
+    assert exp.exec_why("/usr/bin/dash", ["sh", "-c", "node render.js"]) is None
+    other = Expected.of(ctx_for("other_tool", {}), policy)  # a profile is per tool
+    assert other.exec_why("/usr/bin/node", ["node", "render.js"]) is None
