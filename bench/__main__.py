@@ -32,6 +32,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "bpf_tax": ("bpf_tax.py", ["--rounds", "3", "--calls", "150"]),
     "stdio_integrity": ("stdio_integrity.py", ["--pairs", "100000", "--calls", "200"]),
     "guard_overhead": ("guard_overhead.py", ["--calls", "200", "--proxy-calls", "100"]),
+    "real_latency": ("real_latency.py", ["--calls", "150"]),  # mcp-server-git, 4 ways
     "load": ("load.py", []),  # the sizes: 1,000 sequential, 8 servers x 100
     "rollback": ("rollback.py", ["--calls", "20", "--denials", "3"]),  # 10,000-file workspace
     "real_suite": ("real_suite.py", []),  # every shipped real-server session, both ways

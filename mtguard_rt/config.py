@@ -10,7 +10,7 @@ call_timeout_s = 60
             pids_limit, cpus, env, allow_domains = ["registry.npmjs.org"] (kernel-enforced:
             only these hosts; the resolvers of /etc/resolv.conf or `dns` for port 53 only),
             rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s)
-[monitor]   settle_max_ms, ring_pages
+[monitor]   settle_max_ms, workers, ring_pages
 [online]    mode = "enforce" | "observe" | "off", kill_on_touch = true
 [llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
 [telemetry] exporter, endpoint, webhook ...
@@ -39,6 +39,9 @@ DEFAULT_CALL_TIMEOUT_S = 120.0
 
 class MonitorSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     settle_max_ms: int = 1000
+    # true: a call settles once its response arrived and the ring buffer is drained; what it
+    # left running is a worker, followed between calls; false: wait for it up to settle_max_ms
+    workers: bool = True
     ring_pages: int = 4096  # 16 MiB: a 400k-event burst is taken without loss (BENCHMARKS.md)
 
 

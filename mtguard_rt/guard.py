@@ -201,6 +201,9 @@ class Guard:
                 await stack.enter_async_context(
                     open_network_policy(watch, box.allow_domains, box.dns)
                 )
+            if rollback is not None:  # its package overlays' baseline, as installed
+                for layer in sb.overlays:
+                    await rollback.add_overlay(layer.merged, layer.lower, layer.upper)
             await sb.release()
             relay = on_message or _library_messages
             supervisors: list[Supervisor] = []  # this server's, once made (just below)
@@ -306,7 +309,7 @@ async def open_guard(
                     MonitorConfig(
                         settle_max_ms=config.monitor.settle_max_ms,
                         ring_pages=config.monitor.ring_pages,
-                        workers=True,  # a call settles without waiting for its workers
+                        workers=config.monitor.workers,  # settle without waiting for them
                     )
                 )
             )
