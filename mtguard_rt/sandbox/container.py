@@ -27,7 +27,7 @@ from .cgroups import Cgroup, cgroup_of_pid
 from .engine import DockerEngine, open_engine
 from .image import HOME, canaries_of, ensure_image, home_archive
 from .lifecycle import OWNER_LABEL, owner_token, prune_stale
-from .mounts import MountSet, prune_mounts
+from .mounts import MountSet, Overlay, prune_mounts
 from .plan import SandboxPlan, plan_sandbox, realize, safe_name
 from .settings import SandboxConfig as SandboxConfig
 
@@ -134,6 +134,9 @@ class Sandbox:
         self.stdin = stdin
         self.stdout = stdout
         self.canaries = canaries
+        # package overlays (mounts.py): kept mounted on the host while the sandbox lives when
+        # a rollback needs to see them, else detached at start (the container keeps its own)
+        self.overlays: list[Overlay] = []
         self.pid = 0
         self.cgroup = Cgroup(path="", id=0)
         self._stderr = bytearray()
@@ -253,8 +256,9 @@ async def open_sandbox(
                     tg.start_soon(sb._pump, stream, send)
                     try:
                         await engine.start(cid)
-                        # the container holds its own copies of the staged mounts now
-                        await anyio.to_thread.run_sync(mounts.close)
+                        if config.rollback == "off":  # the container holds its own copies
+                            await anyio.to_thread.run_sync(mounts.close)
+                        sb.overlays = list(mounts.overlays)
                         await _resolve(sb)
                     except DockerApiError as exc:
                         tg.cancel_scope.cancel()

@@ -18,6 +18,7 @@ import errno
 import os
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import SandboxError
 from .lifecycle import owner_alive, owner_token
@@ -111,12 +112,19 @@ def _owner_dir() -> Path:
     return RUNTIME_DIR / owner_token().replace(":", "_")
 
 
+class Overlay(NamedTuple):
+    merged: str  # the staging mount on the host (what the container binds)
+    lower: str  # the package directory, unchanged
+    upper: str  # where the server's writes land (its state)
+
+
 class MountSet:
     """The staging mounts of one sandbox. `close()` detaches them all (idempotent)."""
 
     def __init__(self, name: str) -> None:
         self.root = _owner_dir() / name
         self.made: list[str] = []  # staging paths, in mount order
+        self.overlays: list[Overlay] = []
         self._n = 0
 
     def _stage(self, what: str) -> str:
@@ -147,11 +155,11 @@ class MountSet:
         for d in (state, upper, work):
             os.makedirs(d, mode=0o700, exist_ok=True)
         os.chown(upper, *user)
-        if owner != user:
-            lower = self.idmapped(lower, owner, user)
+        layer = self.idmapped(lower, owner, user) if owner != user else lower
         target = self._stage("overlay")
-        overlay(lower, upper, work, target)
+        overlay(layer, upper, work, target)
         self.made.append(target)
+        self.overlays.append(Overlay(target, lower, upper))
         return target
 
     def close(self) -> None:
@@ -162,6 +170,7 @@ class MountSet:
             except OSError:
                 pass
         self.made.clear()
+        self.overlays.clear()
         for d in (self.root, self.root.parent):  # the owner's directory too, once empty
             try:
                 os.rmdir(d)

@@ -100,20 +100,45 @@ class WorkspaceRollback:
     """One sandbox's rollback state. Create with `open_rollback()`."""
 
     def __init__(
-        self, shadow: WorkspaceShadow, mode: Mode, *, observe: bool, timeout_s: float
+        self,
+        shadow: WorkspaceShadow,
+        mode: Mode,
+        *,
+        observe: bool,
+        timeout_s: float,
+        prefix: str | None = None,
     ) -> None:
         self.shadow = shadow
         self.mode = mode
         self.observe = observe
         self.timeout_s = timeout_s
-        self.workspace = shadow.root
+        # the root's path in the tree and in reports: the shadow's own unless the sandbox
+        # sees the root elsewhere (a package overlay's staging mount on the host)
+        self.workspace = prefix or shadow.root
         self.dirty: dict[str, str] = {}  # entries a failed restore left: path -> why
         self.broken: str | None = None  # set when the shadow no longer holds the baseline
         self.snapshot_ms = 0.0
         self._pending: _Pending | None = None
-        # more roots rolled back with this one (the server's own state directory): each
-        # follows the same protocol; their reports are merged into this root's
+        # more roots rolled back with this one (the server's own state directory, its
+        # package overlays): each follows the same protocol; reports merge into this root's
         self.extra: list[WorkspaceRollback] = []
+        self._room: tuple[str, ShadowLimits, list[str], list[WorkspaceShadow]] | None = None
+
+    async def add_overlay(self, merged: str, lower: str, upper: str) -> None:
+        """Cover a package overlay (mounted at `merged` on the host, at `lower` inside) from
+        now on; before the server runs, so its baseline is the package as installed."""
+        assert self._room is not None, "add_overlay() on a rollback open_rollback() made"
+        base, limits, stores, shadows = self._room
+        stores.append(_store(lower, base))
+        try:
+            shadow = await anyio.to_thread.run_sync(
+                WorkspaceShadow.create, merged, stores[-1], limits, self.timeout_s, (lower, upper)
+            )
+        except OSError as exc:
+            raise RollbackError(lower, f"snapshot failed: {exc.strerror}: {exc.filename}") from exc
+        shadows.append(shadow)
+        self.extra.append(WorkspaceRollback(shadow, self.mode, observe=self.observe,
+                                            timeout_s=self.timeout_s, prefix=lower))  # fmt: skip
 
     def _abs(self, rel: str) -> str:
         return f"{self.workspace}/{rel}" if rel else self.workspace
@@ -295,6 +320,7 @@ async def open_rollback(
             for s in shadows
         ]  # fmt: skip
         rollback.extra = extra
+        rollback._room = (base, limits, stores, shadows)
         rollback.snapshot_ms = round((time.perf_counter() - t0) * 1000, 3)
         yield rollback
     finally:

@@ -51,6 +51,7 @@ class Entry(NamedTuple):
     atime_ns: int
     link: str | None = None  # a symlink's target
     blob: tuple[int, int] | None = None  # a regular file's bytes: (offset, length) in the pack
+    lower: bool = False  # an overlay's file still as its read-only lower layer holds it
 
     @property
     def mode(self) -> int:
@@ -101,7 +102,9 @@ class _Clock:
 class WorkspaceShadow:
     """The baseline of one workspace. Create with `WorkspaceShadow.create()`; `close()`."""
 
-    def __init__(self, root: str, store: str, limits: ShadowLimits) -> None:
+    def __init__(
+        self, root: str, store: str, limits: ShadowLimits, layers: tuple[str, str] | None = None
+    ) -> None:
         self.root = root
         self.store = store
         self.limits = limits
@@ -115,12 +118,21 @@ class WorkspaceShadow:
         self._pack_path = os.path.join(store, "pack")
         self._pack = os.open(self._pack_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._end = 0
+        # `root` is an overlay mount: (lower, upper) directories. A file not copied up is
+        # indexed without copying its bytes (the lower layer never changes: the server
+        # writes to the upper one); a restore reads them back from the lower layer.
+        self._layer_fds = tuple(os.open(d, DIR_FLAGS) for d in layers) if layers else ()
 
     @classmethod
     def create(
-        cls, root: str, store: str, limits: ShadowLimits, timeout_s: float
+        cls,
+        root: str,
+        store: str,
+        limits: ShadowLimits,
+        timeout_s: float,
+        layers: tuple[str, str] | None = None,
     ) -> WorkspaceShadow:
-        shadow = cls(root, store, limits)
+        shadow = cls(root, store, limits, layers)
         try:
             current = shadow.walk(timeout_s)
             shadow.commit(sorted(current, key=_depth), timeout_s, current)
@@ -133,7 +145,35 @@ class WorkspaceShadow:
         if self._root_fd >= 0:
             os.close(self._root_fd)
             os.close(self._pack)
+            for fd in self._layer_fds:
+                os.close(fd)
             self._root_fd = -1
+
+    def _open_in(self, layer: int, rel: str, flags: int) -> int | None:
+        """`rel` opened in an overlay layer (0 lower, 1 upper) without following links;
+        None when it is not there."""
+        fd = os.dup(self._layer_fds[layer])
+        try:
+            for part in parent_of(rel).split("/") if parent_of(rel) else ():
+                sub = os.open(part, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+            return os.open(rel.rpartition("/")[2], flags, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in MISSING:
+                return None
+            raise
+        finally:
+            os.close(fd)
+
+    def _in_lower_only(self, rel: str) -> bool:
+        if not self._layer_fds:
+            return False
+        upper = self._open_in(1, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if upper is not None:
+            os.close(upper)
+            return False
+        return True
 
     # -- safe access ------------------------------------------------------------------------
     def _open_dir(self, rel: str) -> int:
@@ -333,6 +373,11 @@ class WorkspaceShadow:
                 self._forget(rel)
             self._put(rel, Entry(_sig(st), st.st_atime_ns, link=link))
             return
+        if self._in_lower_only(rel):  # its bytes stay in the lower layer: nothing to copy
+            if old is not None and old.blob is not None:
+                self._forget(rel)
+            self._put(rel, Entry(_sig(st), st.st_atime_ns, lower=True))
+            return
         fd = self._open_dir(parent_of(rel))
         try:
             src = os.open(rel.rpartition("/")[2], READ_FLAGS, dir_fd=fd)
@@ -495,14 +540,14 @@ class WorkspaceShadow:
             elif kind == "special":
                 raise OSError(errno.EOPNOTSUPP, "sockets and devices are not recreated")
             else:
-                self._rewrite(fd, name, old)
+                self._rewrite(fd, name, old, rel)
                 return
             self._meta(fd, name, old)
         finally:
             os.close(fd)
 
-    def _rewrite(self, fd: int, name: str, old: Entry) -> None:
-        assert old.blob is not None
+    def _rewrite(self, fd: int, name: str, old: Entry, rel: str) -> None:
+        assert old.blob is not None or old.lower
         try:
             dst = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                           dir_fd=fd)  # fmt: skip
@@ -512,15 +557,31 @@ class WorkspaceShadow:
         try:
             if not stat.S_ISREG(os.fstat(dst).st_mode):
                 raise OSError(errno.EEXIST, "replaced by a non-file during the restore")
-            offset, length = old.blob
-            if self._copy(self._pack, offset, dst, 0, length) != length:
-                raise OSError(errno.EIO, "the shadow copy is shorter than the file was")
+            if old.blob is not None:
+                offset, length = old.blob
+                if self._copy(self._pack, offset, dst, 0, length) != length:
+                    raise OSError(errno.EIO, "the shadow copy is shorter than the file was")
+            else:
+                length = self._from_lower(old, dst, rel)
             os.ftruncate(dst, length)  # over the old bytes, then cut (see _copy)
             os.fchown(dst, old.sig[1], old.sig[2])
             os.fchmod(dst, stat.S_IMODE(old.mode))
             os.utime(dst, ns=(old.atime_ns, old.sig[4]))
         finally:
             os.close(dst)
+
+    def _from_lower(self, old: Entry, dst: int, rel: str) -> int:
+        """Copy the lower layer's bytes of `rel` into `dst`."""
+        src = self._open_in(0, rel, READ_FLAGS)
+        if src is None:
+            raise OSError(errno.ENOENT, "gone from the overlay's lower layer")
+        try:
+            length = old.sig[3]
+            if self._copy(src, 0, dst, 0, length) != length:
+                raise OSError(errno.EIO, "the lower layer's file is shorter than it was")
+            return length
+        finally:
+            os.close(src)
 
     def _meta(self, fd: int, name: str, old: Entry) -> None:
         os.chown(name, old.sig[1], old.sig[2], dir_fd=fd, follow_symlinks=False)

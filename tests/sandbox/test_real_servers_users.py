@@ -140,3 +140,27 @@ async def test_memory_server_keeps_its_graph_across_two_proxy_runs(
     assert any(f.op == "open" and "write" in f.flags and f.path.startswith(dist) and
                f.result >= 0 for f in events), events  # fmt: skip
     assert any(f.op == "rename" and f.target == f"{dist}/{kept[0].name}" for f in events), events
+
+
+async def test_rollback_covers_the_memory_servers_writes_beside_its_code(
+    servers: Path, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    audit = tmp_path / "audit.jsonl"
+    cmd = [MTGUARD, "proxy", "--audit-log", str(audit), "--name", "memory", "--workspace",
+           str(ws), "--rollback", "tree", "--mount", str(servers / "node"), "--task",
+           "remember what I tell you about my team", "--", "node", str(MEMORY_JS)]  # fmt: skip
+    bob = {"name": "Bob", "entityType": "person", "observations": ["runs the release"]}
+    with anyio.fail_after(SESSION_TIMEOUT_S):
+        async with open_stdio_client(cmd, env, mode="legacy", request_timeout=90) as client:
+            created = await client.call_tool("create_entities", {"entities": [bob]})
+    assert not created.get("isError"), text_of(created)
+    (rec,) = records(audit)
+    assert rec.decision == "allow" and rec.rollback is not None
+    assert rec.rollback.action == "committed", rec.rollback
+    dist = str(MEMORY_JS.parent)
+    assert any(p.startswith(f"{dist}/memory.json") for p in rec.rollback.paths), rec.rollback
+    mounts = Path("/proc/self/mounts").read_text()  # noqa: ASYNC240 - procfs
+    assert str(tmp_path / "state") not in mounts  # the overlay's host mount went with it
