@@ -201,6 +201,9 @@ class Guard:
                 await stack.enter_async_context(
                     open_network_policy(watch, box.allow_domains, box.dns)
                 )
+            if rollback is not None:  # its package overlays' baseline, as installed
+                for layer in sb.overlays:
+                    await rollback.add_overlay(layer.merged, layer.lower, layer.upper)
             await sb.release()
             relay = on_message or _library_messages
             supervisors: list[Supervisor] = []  # this server's, once made (just below)
