@@ -32,7 +32,15 @@ struct np_seen {
     u64 count;
 };
 
+/* a port a socket of the cgroup bound on loopback or a wildcard address */
+struct np_port {
+    u64 cgroup_id;
+    u32 port;
+    u32 pad;
+};
+
 BPF_HASH(np_addrs, struct np_key, u32, MT_NP_MAX_ADDRS);
+BPF_HASH(np_ports, struct np_port, u8, MT_NP_MAX_PORTS);
 BPF_HASH(np_names, struct np_name, u8, MT_NP_MAX_NAMES);
 BPF_TABLE("lru_hash", struct np_key, struct np_seen, np_reported, MT_NP_MAX_ADDRS);
 /* a question name, twice the width it is read to: a clang-elided index mask stays in bounds */
@@ -83,6 +91,54 @@ static __always_inline int np_allowed(struct np_key *k, u32 port, u32 proto)
         return 1;
     return (*v & MT_NP_DNS) && port == MT_DNS_PORT &&
            (proto == NP_IPPROTO_UDP || proto == NP_IPPROTO_TCP || proto == 0);
+}
+
+/* Loopback between the sandbox's own sockets: a loopback peer whose port (or, for packets,
+ * either port) a socket of this cgroup bound. The host's own loopback services stay refused. */
+static __always_inline int np_loopback(struct np_key *k)
+{
+    if (k->family == NP_AF_INET)
+        return k->addr[0] == 127;
+    u64 hi = 0, lo = 0;
+    __builtin_memcpy(&hi, k->addr, 8);
+    __builtin_memcpy(&lo, k->addr + 8, 8);
+    return hi == 0 && lo == 0x0100000000000000ULL;  /* ::1, bytes in network order */
+}
+
+static __always_inline int np_own_port(u64 cg, u32 port)
+{
+    if (port == 0)
+        return 0;
+    struct np_port p = {.cgroup_id = cg, .port = port};
+    return np_ports.lookup(&p) != NULL;
+}
+
+static __always_inline void np_bound(u32 port, int local)
+{
+    if (!port || !local)
+        return;
+    struct np_port p = {.cgroup_id = bpf_get_current_cgroup_id(), .port = port};
+    u8 one = 1;
+    np_ports.update(&p, &one);
+}
+
+/* post_bind4|6: remember the port of a bind to loopback or a wildcard address (kept until
+ * the policy is detached: a port the sandbox chose once) */
+int mt_np_bind4(struct bpf_sock *sk)
+{
+    u32 ip = sk->src_ip4;
+    np_bound(sk->src_port, ip == 0 || (bpf_ntohl(ip) >> 24) == 127);
+    return 1;
+}
+
+int mt_np_bind6(struct bpf_sock *sk)
+{
+    u32 a = sk->src_ip6[0], b = sk->src_ip6[1], c = sk->src_ip6[2], d = sk->src_ip6[3];
+    int any = (a | b | c | d) == 0;
+    int lo6 = a == 0 && b == 0 && c == 0 && d == bpf_htonl(1);
+    int mapped = a == 0 && b == 0 && c == bpf_htonl(0xffff) && (bpf_ntohl(d) >> 24) == 127;
+    np_bound(sk->src_port, any || lo6 || mapped);
+    return 1;
 }
 
 /* One EV_NET_REFUSED record: a0 where (an MT_NP_AT_CONNECT ... value), a1 family, a2 port,
@@ -147,7 +203,7 @@ static __always_inline int np_sock4(struct bpf_sock_addr *ctx, u32 where)
     u32 proto = ctx->type == 1 ? NP_IPPROTO_TCP : (ctx->type == 2 ? ctx->protocol : 0);
     if (ctx->type == 2 && proto == 0)
         proto = NP_IPPROTO_UDP;
-    if (np_allowed(&k, port, proto))
+    if (np_allowed(&k, port, proto) || (np_loopback(&k) && np_own_port(k.cgroup_id, port)))
         return 1;
     np_report(&k, where, port, np_transport(proto), 0, 1);
     return 0;
@@ -173,7 +229,7 @@ static __always_inline int np_sock6(struct bpf_sock_addr *ctx, u32 where)
     u32 proto = ctx->type == 1 ? NP_IPPROTO_TCP : (ctx->type == 2 ? ctx->protocol : 0);
     if (ctx->type == 2 && proto == 0)
         proto = NP_IPPROTO_UDP;
-    if (np_allowed(&k, port, proto))
+    if (np_allowed(&k, port, proto) || (np_loopback(&k) && np_own_port(k.cgroup_id, port)))
         return 1;
     np_report(&k, where, port, np_transport(proto), 0, 1);
     return 0;
@@ -189,7 +245,7 @@ int mt_np_sendmsg6(struct bpf_sock_addr *ctx) { return np_sock6(ctx, MT_NP_AT_SE
 /* The peer of a packet: its address (source on ingress, destination on egress), port,
  * protocol and the offset of its L4 header. Returns 0 for a packet that is not IP. */
 static __always_inline int np_peer(struct __sk_buff *skb, int ingress, struct np_key *k,
-                                   u32 *port, u32 *proto, u32 *l4)
+                                   u32 *port, u32 *local, u32 *proto, u32 *l4)
 {
     k->cgroup_id = bpf_skb_cgroup_id(skb);
     if (skb->protocol == bpf_htons(0x0800)) {
@@ -212,10 +268,14 @@ static __always_inline int np_peer(struct __sk_buff *skb, int ingress, struct np
         return 0;
     }
     *port = 0;
+    *local = 0;
     if (*proto == NP_IPPROTO_TCP || *proto == NP_IPPROTO_UDP) {
         u8 ports[4];
-        if (bpf_skb_load_bytes(skb, *l4, ports, sizeof(ports)) == 0)
-            *port = ingress ? ((u32)ports[0] << 8 | ports[1]) : ((u32)ports[2] << 8 | ports[3]);
+        if (bpf_skb_load_bytes(skb, *l4, ports, sizeof(ports)) == 0) {
+            u32 src = (u32)ports[0] << 8 | ports[1], dst = (u32)ports[2] << 8 | ports[3];
+            *port = ingress ? src : dst;
+            *local = ingress ? dst : src;
+        }
     }
     return 1;
 }
@@ -223,11 +283,13 @@ static __always_inline int np_peer(struct __sk_buff *skb, int ingress, struct np
 int mt_np_egress(struct __sk_buff *skb)
 {
     struct np_key k = {};
-    u32 port = 0, proto = 0, l4 = 0;
-    if (!np_peer(skb, 0, &k, &port, &proto, &l4))
+    u32 port = 0, local = 0, proto = 0, l4 = 0;
+    if (!np_peer(skb, 0, &k, &port, &local, &proto, &l4))
         return 0;  /* inet sockets only send IP: anything else is refused */
     if (np_allowed(&k, port, proto))
         return 1;
+    if (np_loopback(&k) && (np_own_port(k.cgroup_id, port) || np_own_port(k.cgroup_id, local)))
+        return 1;  /* to the sandbox's own listener, or its listener's replies */
     /* the sender is current when it is in the socket's cgroup (not a timer or softirq) */
     np_report_packet(&k, MT_NP_AT_EGRESS, port, proto,
                      bpf_get_current_cgroup_id() == k.cgroup_id);
@@ -365,9 +427,11 @@ int mt_np_answer(struct __sk_buff *skb)
 int mt_np_ingress(struct __sk_buff *skb)
 {
     struct np_key k = {};
-    u32 port = 0, proto = 0, l4 = 0;
-    if (!np_peer(skb, 1, &k, &port, &proto, &l4))
+    u32 port = 0, local = 0, proto = 0, l4 = 0;
+    if (!np_peer(skb, 1, &k, &port, &local, &proto, &l4))
         return 0;
+    if (np_loopback(&k) && (np_own_port(k.cgroup_id, port) || np_own_port(k.cgroup_id, local)))
+        return 1;
     if (!np_allowed(&k, port, proto)) {
         np_report_packet(&k, MT_NP_AT_INGRESS, port, proto, 0);
         return 0;

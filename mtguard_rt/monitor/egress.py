@@ -32,7 +32,7 @@ AF_INET, AF_INET6 = 2, 10
 RESOLVE_TIMEOUT_S = 2.0  # per resolver and query type: a start-up cost, so kept short
 # (function, bcc program type, attach type): BPF_CGROUP_INET4_CONNECT = 10, INET6_CONNECT
 # = 11, UDP4_SENDMSG = 14, UDP6_SENDMSG = 15, INET_INGRESS = 0, INET_EGRESS = 1
-_SOCK_ADDR, _SKB = 18, 8
+_SOCK_ADDR, _SKB, _SOCK = 18, 8, 9
 PROGRAMS = (
     ("mt_np_connect4", _SOCK_ADDR, 10),
     ("mt_np_connect6", _SOCK_ADDR, 11),
@@ -40,6 +40,8 @@ PROGRAMS = (
     ("mt_np_sendmsg6", _SOCK_ADDR, 15),
     ("mt_np_egress", _SKB, 1),
     ("mt_np_ingress", _SKB, 0),
+    ("mt_np_bind4", _SOCK, 12),  # BPF_CGROUP_INET4_POST_BIND: the sandbox's own ports
+    ("mt_np_bind6", _SOCK, 13),
 )
 
 
@@ -196,7 +198,7 @@ class NetworkPolicy:
                     pass  # the cgroup may be gone already (its programs went with it)
             os.close(self._fd)
             self._fd = -1
-        for table_name in ("np_addrs", "np_names", "np_reported"):
+        for table_name in ("np_addrs", "np_names", "np_reported", "np_ports"):
             table = bpf[table_name]
             for key in [k for k in table.keys() if k.cgroup_id == self.cgroup_id]:
                 try:

@@ -101,6 +101,7 @@ NP_AT_CONNECT, NP_AT_SENDMSG, NP_AT_EGRESS, NP_AT_INGRESS = 1, 2, 3, 4
 NP_AT = {1: "connect", 2: "sendmsg", 3: "egress packet", 4: "ingress packet"}
 NP_MAX_ADDRS = 16384  # allowed (cgroup, address) entries, all sandboxes together
 NP_MAX_NAMES = 1024  # allowed (cgroup, name) entries whose DNS answers are learnt
+NP_MAX_PORTS = 4096  # loopback ports the sandboxes bound (their own loopback traffic passes)
 NP_REPORT_NS = 1_000_000_000  # dropped packets: one record per address per second at most
 DNAME_MAX = 128  # wire-format question names learnt from are shorter than this
 DNAME_LABELS_MAX = 32
@@ -166,6 +167,7 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         NP_AT_INGRESS=NP_AT_INGRESS,
         NP_MAX_ADDRS=NP_MAX_ADDRS,
         NP_MAX_NAMES=NP_MAX_NAMES,
+        NP_MAX_PORTS=NP_MAX_PORTS,
         NP_REPORT_NS=NP_REPORT_NS,
         DNAME_MAX=DNAME_MAX,
         DNAME_LABELS_MAX=DNAME_LABELS_MAX,

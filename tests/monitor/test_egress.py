@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.abc
 import pytest
 from monitor_harness import CALL, gated_cgroup
 
@@ -117,7 +118,7 @@ async def test_allowed_name_reachable_unlisted_address_refused_in_the_kernel(
 
 CLIENT6 = """
 import json, socket, sys
-ok6, other6, other4 = sys.argv[1], sys.argv[2], sys.argv[3]
+ok6, other6, other4, host_port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def connect(family, ip):
     s = socket.socket(family, socket.SOCK_STREAM)
     s.settimeout(5)
@@ -138,7 +139,15 @@ try:
     out["udp"] = 0
 except OSError as e:
     out["udp"] = e.errno
-listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen()
+listener = socket.socket(); listener.bind(("0.0.0.0", 0)); listener.listen()
+port = listener.getsockname()[1]
+me = socket.create_connection(("127.0.0.1", port), timeout=5)  # its own listener: passes
+peer, _ = listener.accept(); peer.sendall(b"hi"); out["self"] = me.recv(2).decode()
+try:  # the host's loopback service: refused
+    socket.create_connection(("127.0.0.1", host_port), timeout=5)
+    out["host_loopback"] = 0
+except OSError as e:
+    out["host_loopback"] = e.errno
 print(json.dumps(out), flush=True)
 print(listener.getsockname()[1], flush=True)
 sys.stdin.readline()
@@ -149,21 +158,27 @@ async def test_ipv6_literal_allowed_mapped_udp_and_inbound_refused(
     test_hosts: tuple[str, str],
 ) -> None:
     dns_ip, other_ip = test_hosts
-    ok6, other6 = v6(dns_ip), v6(other_ip)
-    async with open_monitor(MonitorConfig(settle_max_ms=2000)) as mon, gated_cgroup() as cg:
+    ok6, other6, host_ip = v6(dns_ip), v6(other_ip), dns_ip[:-1] + "1"  # veth's host side
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as host_service,
+        open_monitor(MonitorConfig(settle_max_ms=2000)) as mon,
+        gated_cgroup() as cg,
+    ):
+        host_port = host_service.extra(anyio.abc.SocketAttribute.local_port)
         policy = NetworkPolicy(mon.program, cg.id, str(cg.path), [ok6], [])
         policy.attach()
         try:
-            async with cg.run([PY, "-c", CLIENT6, ok6, other6, other_ip]) as proc:
+            client = [PY, "-c", CLIENT6, ok6, other6, other_ip, str(host_port)]
+            async with cg.run(client) as proc:
                 async with mon.watch(cg.id, str(cg.path)) as watch:
                     async with watch.window(CALL) as window:
                         await cg.release(proc)
                         out = json.loads(await cg.line())
                         port = int(await cg.line())
-                        # from outside the cgroup: the SYN never reaches the listener
+                        # from the host's side of the veth: the SYN never reaches it
                         with pytest.raises(TimeoutError):
                             with anyio.fail_after(1):
-                                await anyio.connect_tcp("127.0.0.1", port)
+                                await anyio.connect_tcp(host_ip, port)
                         assert proc.stdin is not None
                         await proc.stdin.send(b"done\n")
                         with anyio.fail_after(10):
@@ -171,7 +186,14 @@ async def test_ipv6_literal_allowed_mapped_udp_and_inbound_refused(
                         window.response_arrived()
         finally:
             policy.detach()
-    assert out == {"ok6": f"hello from {ok6}", "other6": 1, "mapped": 1, "udp": 1}
+    assert out == {
+        "ok6": f"hello from {ok6}",
+        "other6": 1,
+        "mapped": 1,
+        "udp": 1,
+        "self": "hi",
+        "host_loopback": 1,
+    }
     tree = window.tree
     refused = sorted(
         (n.op, n.family, n.address, n.port, n.transport)
@@ -184,8 +206,9 @@ async def test_ipv6_literal_allowed_mapped_udp_and_inbound_refused(
             ("connect", "ipv6", other6, 8080, "tcp"),
             ("connect", "ipv4", other_ip, 8080, "tcp"),  # the v4-mapped one
             ("send", "ipv4", other_ip, 9999, "udp"),
+            ("connect", "ipv4", "127.0.0.1", host_port, "tcp"),
         ]
     )
     # inbound, dropped in softirq context: no process to name, the peer's address and port
     inbound = {(n.op, n.address, n.transport, n.egress) for n in tree.refused}
-    assert inbound == {("accept", "127.0.0.1", "tcp", False)}
+    assert inbound == {("accept", host_ip, "tcp", False)}
