@@ -88,6 +88,7 @@ def test_a_session_file_error_names_the_file_and_line(tmp_path: Path) -> None:
         (lambda t: t.replace("{ws}/project", "{workspace}/project", 1), "unknown placeholder"),
         (lambda t: t.replace('"project/README.md" =', '"../README.md" =', 1), "stay in the"),
         (lambda t: t.replace("{ws}/project", "{site}/project", 1), 'network = "host"'),
+        (lambda t: t.replace('registry = "pypi"', 'registry = "pypi"\nowner = -1'), "not a uid"),
     ],
 )
 def test_malformed_sessions_are_refused(tmp_path: Path, edit: Any, why: str) -> None:

@@ -241,7 +241,8 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         # 2. guarded, the same calls on a fresh copy of the same workspace
         stage = "guarded run"
         guarded_values = _values(session, ws, SANDBOX_HOME, site)
-        await build_fixture(session, ws, guarded_values, SANDBOX_UID)
+        owner = SANDBOX_UID if session.owner is None else session.owner
+        await build_fixture(session, ws, guarded_values, owner)
         cmd = guarded_command(session, guarded_values, ws, audit)
         with (root / "guarded.stderr").open("w") as errlog:
             second = await _run_calls(session, cmd, None, root, guarded_values, errlog)
@@ -252,7 +253,8 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         return run
     records = _records(audit)
     subs_a = _subs(plain, _owner_name(me))
-    subs_b = _subs(guarded_values, SANDBOX_USER)
+    subs_b = _subs(guarded_values, SANDBOX_USER if session.owner is None else
+                   _owner_name(session.owner))
     queue = list(records)
     for call, spec, (a, ms_a), (b, ms_b) in zip(run.calls, session.calls, first, second,
                                                 strict=True):

@@ -59,6 +59,10 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     fixture: Fixture = msgspec.field(default_factory=Fixture)
     call_timeout_s: float = 60.0
+    # uid owning the workspace in the guarded run (None: the sandbox's default user; 0: a
+    # project owned by root; another uid: a project of another user). Unguarded, the files
+    # belong to the user running the suite, as they would to a user running the server.
+    owner: int | None = None
     path: str = ""  # the file it was read from (set by the loader, not in the file)
 
 
@@ -141,6 +145,8 @@ def _problems(s: Session, path: Path) -> list[tuple[tuple[str | int, ...], str]]
     found: list[tuple[tuple[str | int, ...], str]] = []
     if s.server != path.stem:
         found.append((("server",), f"server {s.server!r} must match the file name {path.stem!r}"))
+    if s.owner is not None and not 0 <= s.owner < 2**32 - 1:
+        found.append((("owner",), f"owner {s.owner} is not a uid"))
     if not s.command:
         found.append((("command",), "command is empty"))
     if not s.calls:
