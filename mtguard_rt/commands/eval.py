@@ -42,7 +42,8 @@ def _sources(text: str) -> list[str]:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "eval",
-        help="replay the attack corpus through the guard; DR/FPR tables with baselines",
+        help="replay the attack corpus through the guard (DR/FPR tables with baselines), or "
+        "run the benign real-server suite (--suite real)",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
     p.add_argument(
@@ -161,6 +162,12 @@ def _real_suite(args: argparse.Namespace) -> int:
     from ..eval.realsuite.runner import run_suite, suite_encoder
     from ..eval.realsuite.session import load_sessions
 
+    corpus_only = {"--domain": args.domain, "--cases": args.cases, "--corpus": args.corpus,
+                   "--from": args.from_run, "--policy": args.policy,
+                   "--audit-log": args.audit_log, "--no-enforce": args.no_enforce}
+    given = [flag for flag, value in corpus_only.items() if value]
+    if given:  # the suite runs the default policy in enforce mode, by design
+        raise GuardError(f"{', '.join(given)}: not for --suite real (the corpus mode's options)")
     sessions = load_sessions(args.server, args.sessions)
     out = Path(args.out or "eval-out-real")
     out.mkdir(parents=True, exist_ok=True)
