@@ -181,7 +181,7 @@ def _run() -> SuiteRun:
                  evidence=["unexpected-shell: a shell ran | sh -c git log"],
                  unguarded_ms=5, guarded_ms=900)
     ok = CallRun(index=0, tool="git_status", arguments={}, status="ok", unguarded_ms=5,
-                 guarded_ms=15)
+                 guarded_ms=15, guard_ms=1.5)
     broken = CallRun(index=2, tool="git_add", arguments={}, status="broken", detail="-a\n+b",
                      unguarded_ms=5, guarded_ms=25, after_fp=1)
     return SuiteRun(servers=[
@@ -203,7 +203,8 @@ def test_report_counts_false_positives_broken_calls_and_latency() -> None:
     assert git["false_positives"][0]["evidence"] == ["unexpected-shell: a shell ran | "
                                                      "sh -c git log"]
     md = report.render_markdown(_run())
-    assert "| git | `mcp-server-git==1` | 3/3 | 1 | 1 |" in md
+    assert git["guard_ms_p50"] == git["guard_ms_p95"] == 1.5
+    assert "| git | `mcp-server-git==1` | 3/3 | 1 | 1 | 0 | 10 / 20 | 1.5 / 1.5 |" in md
     assert "unexpected-shell: a shell ran" in md and "```diff\n-a\n+b\n```" in md
     assert "broken call 2 `git_add` (after the denied call 1: may follow from it)" in md
     assert "ServerExited" in md
@@ -259,6 +260,7 @@ def test_real_suite_runs_compares_and_reports_a_harmful_call(
             assert call.status is not None and call.decision in ("allow", "deny"), call
             assert call.unguarded is not None and call.guarded is not None
             assert call.unguarded_ms is not None and call.guarded_ms is not None
+            assert call.guard_ms is not None and call.guard_ms >= 0
     bad = by_name["git"].calls[3]
     assert (bad.tool, bad.status, bad.decision) == ("git_log", "fp", "deny")
     assert bad.rules and bad.evidence and any(".ssh" in e for e in bad.evidence), bad.evidence

@@ -24,8 +24,14 @@ def added_ms(calls: list[CallRun]) -> list[float]:
     ]
 
 
+def guard_ms(calls: list[CallRun]) -> list[float]:
+    """The guard's own stages (pre-audit, settle, post-verify) of each allowed call."""
+    return [c.guard_ms for c in calls if c.status in ("ok", "broken") and c.guard_ms is not None]
+
+
 def _server_summary(s: ServerRun) -> dict[str, Any]:
     added = added_ms(s.calls)
+    own = guard_ms(s.calls)
     count = {k: sum(c.status == k for c in s.calls) for k in ("ok", "fp", "broken",
                                                               "session-error")}
     fps = [{"call": c.index, "tool": c.tool, "rules": c.rules, "phase": c.phase,
@@ -41,6 +47,7 @@ def _server_summary(s: ServerRun) -> dict[str, Any]:
         "false_positives": fps, "broken_calls": broken, "session_errors": errors,
         "error": s.error,
         "added_ms_p50": percentile(added, 50), "added_ms_p95": percentile(added, 95),
+        "guard_ms_p50": percentile(own, 50), "guard_ms_p95": percentile(own, 95),
         "seconds": s.seconds,
     }
 
@@ -48,6 +55,7 @@ def _server_summary(s: ServerRun) -> dict[str, Any]:
 def summarise(run: SuiteRun) -> dict[str, Any]:
     servers = [_server_summary(s) for s in run.servers]
     added = [ms for s in run.servers for ms in added_ms(s.calls)]
+    own = [ms for s in run.servers for ms in guard_ms(s.calls)]
     rules: dict[str, int] = {}
     for s in run.servers:
         for c in s.calls:
@@ -63,6 +71,7 @@ def summarise(run: SuiteRun) -> dict[str, Any]:
         "servers_failed": [s["server"] for s in servers if s["error"]],
         "fp_by_rule": dict(sorted(rules.items(), key=lambda kv: -kv[1])),
         "added_ms_p50": percentile(added, 50), "added_ms_p95": percentile(added, 95),
+        "guard_ms_p50": percentile(own, 50), "guard_ms_p95": percentile(own, 95),
         "servers": servers,
     }
 
@@ -91,19 +100,22 @@ def render_markdown(run: SuiteRun) -> str:
         "normalised result differs from the unguarded one.",
         "",
         f"**{s['fp']} false positive(s) and {s['broken']} broken call(s) in {s['run']} calls "
-        f"run ({s['calls']} in the sessions)**; added latency p50 {s['added_ms_p50']:.0f} ms, "
-        f"p95 {s['added_ms_p95']:.0f} ms.",
+        f"run ({s['calls']} in the sessions)**; added latency (guarded minus unguarded wall "
+        f"time) p50 {s['added_ms_p50']:.0f} ms, p95 {s['added_ms_p95']:.0f} ms; the guard's own "
+        f"stages (pre + settle + post) p50 {s['guard_ms_p50']:.1f} ms, "
+        f"p95 {s['guard_ms_p95']:.1f} ms.",
         "",
-        "| server | package | calls | FP | broken | session errors | added p50 ms | "
-        "added p95 ms | note |",
+        "| server | package | calls | FP | broken | session errors | added p50 / p95 ms | "
+        "guard p50 / p95 ms | note |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for v in s["servers"]:
         note = _cell(v["error"][:160]) if v["error"] else ""
         out.append(
             f"| {v['server']} | `{v['package']}` | {v['run']}/{v['calls']} | {v['fp']} | "
-            f"{v['broken']} | {v['session_error']} | {v['added_ms_p50']:.0f} | "
-            f"{v['added_ms_p95']:.0f} | {note} |"
+            f"{v['broken']} | {v['session_error']} | {v['added_ms_p50']:.0f} / "
+            f"{v['added_ms_p95']:.0f} | {v['guard_ms_p50']:.1f} / {v['guard_ms_p95']:.1f} | "
+            f"{note} |"
         )
     if s["fp_by_rule"]:
         out += ["", "## False positives by rule", "", "| rule | calls |", "|---|---:|"]

@@ -57,6 +57,7 @@ class CallRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     evidence: list[str] = msgspec.field(default_factory=list)  # "rule: reason | evidence"
     unguarded_ms: float | None = None
     guarded_ms: float | None = None
+    guard_ms: float | None = None  # the guard's own stages (pre + settle + post), its record
     unguarded: dict[str, Any] | None = None
     guarded: dict[str, Any] | None = None
     after_fp: int | None = None  # broken after this earlier denied call: may follow from it
@@ -266,6 +267,8 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         if record is not None:
             call.decision, call.phase, call.rules = record.decision, record.phase, record.rules
             call.evidence = _evidence(record)
+            t = record.timings_ms
+            call.guard_ms = round(t.pre + t.settle + t.post, 2)
             denied = record.decision == "deny" and record.mode == "enforce"
         call.status, call.detail = classify(
             a, b, denied=denied or is_denial(b), expect_error=spec.expect_error,
