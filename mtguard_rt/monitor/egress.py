@@ -100,22 +100,26 @@ async def _ask(server: str, name: str, qtype: int) -> list[str]:
 
 
 async def resolve_names(names: list[str], resolvers: list[str]) -> dict[str, list[str]]:
-    """name -> its A and AAAA addresses, asked of each resolver (first that answers)."""
-    out: dict[str, list[str]] = {}
-    for name in names:
-        if ip_literal(name):
-            continue
-        found: list[str] = []
-        for server in resolvers:
-            for qtype in (1, 28):
-                try:
-                    found += await _ask(server, name, qtype)
-                except OSError:
-                    continue
-            if found:
-                break
-        out[name] = sorted(set(found))
-    return out
+    """name -> its A and AAAA addresses. Every (name, type) is asked at once, of the first
+    resolver, then of the next for the names still without an answer: a start-up waits about
+    RESOLVE_TIMEOUT_S per silent resolver, not per name."""
+    out: dict[str, set[str]] = {n: set() for n in names if not ip_literal(n)}
+
+    async def ask(server: str, name: str, qtype: int) -> None:
+        try:
+            out[name].update(await _ask(server, name, qtype))
+        except (OSError, anyio.BrokenResourceError):  # trio: a refused UDP peer is "broken"
+            pass  # unreachable resolver: the next one is asked
+
+    for server in resolvers:
+        pending = [n for n, found in out.items() if not found]
+        if not pending:
+            break
+        async with anyio.create_task_group() as tg:
+            for name in pending:
+                for qtype in (1, 28):
+                    tg.start_soon(ask, server, name, qtype)
+    return {n: sorted(found) for n, found in out.items()}
 
 
 @dataclass

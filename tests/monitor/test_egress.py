@@ -18,7 +18,7 @@ import pytest
 from monitor_harness import CALL, gated_cgroup
 
 from mtguard_rt.monitor import MonitorConfig, open_monitor
-from mtguard_rt.monitor.egress import NetworkPolicy, resolve_names, wire_name
+from mtguard_rt.monitor.egress import RESOLVE_TIMEOUT_S, NetworkPolicy, resolve_names, wire_name
 from mtguard_rt.monitor.kinds import NP_ANY, NP_DNS
 from tests.netns_hosts import open_test_hosts, v6
 
@@ -70,6 +70,9 @@ async def test_pre_resolution_asks_the_resolver(test_hosts: tuple[str, str]) -> 
     dns_ip, other_ip = test_hosts
     found = await resolve_names(["api.allowed.test", "other.test", "10.9.9.9"], [dns_ip])
     assert found == {"api.allowed.test": [dns_ip], "other.test": [other_ip]}
+    with anyio.fail_after(RESOLVE_TIMEOUT_S * 2):  # no resolver on other_ip: the next answers
+        again = await resolve_names(["api.allowed.test"], [other_ip, dns_ip])
+    assert again == {"api.allowed.test": [dns_ip]}
 
 
 async def test_allowed_name_reachable_unlisted_address_refused_in_the_kernel(
