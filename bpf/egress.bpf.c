@@ -12,7 +12,9 @@
  *   a question whose name, or a parent of it, is in `np_names` adds its A/AAAA addresses to
  *   `np_addrs` in the ingress program (one tail call per answer record, mt_np_answer),
  *   before the socket can read the answer: no race.
- * Only the UAPI contexts (bpf_sock_addr, __sk_buff) and packet bytes are read.
+ * - Loopback passes only between the sandbox's own sockets: to (or, for packets, from) a
+ *   port a socket of the cgroup bound on loopback or a wildcard address (post_bind hooks).
+ * Only the UAPI contexts (bpf_sock_addr, bpf_sock, __sk_buff) and packet bytes are read.
  */
 
 struct np_key {
