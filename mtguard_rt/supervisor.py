@@ -305,6 +305,8 @@ class Supervisor:
         if dispatched.server != self.name and self.route is not None:
             target = self.route(dispatched.server) or self
         online = OnlineRules(self.engine.policy, ctx) if self.online != "off" else None
+        if online is not None:  # a kernel allowlist on the sandbox (monitor.Watch; fakes: none)
+            online.network_policy = bool(getattr(self.watch, "network_policy", None))
         response, error, tree, t_resp, terminated = await target._dispatch(
             call, wire, request_id, online, action.replays
         )

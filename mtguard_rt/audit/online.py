@@ -81,6 +81,9 @@ class OnlineRules:
         self._own: StdioMessage | None = None  # the call's own request, once read
         self.consent = WriteConsent(ctx, policy)  # write-only canaries the user asked to edit
         self._ledger: DispatchLedger | None = None  # what the guard sent to that sandbox
+        # the sandbox runs under a kernel-enforced allowlist (`--allow-domain`): what the kernel
+        # let through is derived, what it refused is stopped already (the post rule reports it)
+        self.network_policy = False
 
     def expect(self, request_id: Any, server: str, ledger: DispatchLedger | None = None) -> None:
         """Before dispatch: the id the guard sends this call with, the server (sandbox) it is
@@ -164,6 +167,8 @@ class OnlineRules:
     def _net(self, proc: ProcessNode, ev: NetEvent) -> Violation | None:
         if "unexpected-network" not in self._on or not ev.egress or self._names_given:
             return None  # not egress: an accept, a datagram socket's connect before a send
+        if self.network_policy or ev.refused:
+            return None  # allowed by the kernel's allowlist, or refused by it: nothing left
         ip = canonical_ip(ev.address) or ev.address
         if ip in self._ips or ev.port in self.policy.allowed_ports or is_loopback(ip):
             return None

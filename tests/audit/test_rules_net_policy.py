@@ -80,3 +80,18 @@ def test_a_refused_datagram_reads_as_a_send() -> None:
     assert v.evidence == [
         "pid 100 /usr/bin/python3.11 send to 2001:db8::1:9999 (udp) refused by network policy"
     ]
+
+
+def test_online_rule_leaves_a_policed_sandbox_to_the_kernel_and_the_post_rule() -> None:
+    from mtguard_rt.audit.online import OnlineRules
+    from mtguard_rt.model import ProcessNode
+
+    server = ProcessNode(key="100@1", pid=100, exe="/usr/bin/node", learned="seeded")
+    event = connect("104.16.0.35", transport="tcp")  # resolved at start-up: no name in the call
+    fresh = OnlineRules(POLICY, ctx_for(TOOL, ARGS))
+    assert fresh.check(server, event) is not None  # unpoliced: killed online, as before
+    policed = OnlineRules(POLICY, ctx_for(TOOL, ARGS))
+    policed.network_policy = True
+    assert policed.check(server, event) is None  # let through by the kernel: derived
+    refused = connect("203.0.113.9", transport="tcp", result=-1, refused=1)
+    assert OnlineRules(POLICY, ctx_for(TOOL, ARGS)).check(server, refused) is None  # stopped

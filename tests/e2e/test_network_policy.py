@@ -7,6 +7,8 @@ our own, tests/netns_hosts.py); a redirect to an unlisted address is refused in 
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -69,3 +71,25 @@ async def test_allowed_name_reachable_unlisted_address_refused_and_reported(
     ]
     followed = [n for p in second.tree.processes for n in p.net if n.address == dns_ip]
     assert any(n.port == 8080 and not n.refused for n in followed)  # the allowed first hop
+
+
+async def test_an_allowed_host_the_call_never_named_is_not_killed_online(
+    proxy: ProxyFactory, audit_path: Path, tmp_path: Path, test_hosts: tuple[str, str]
+) -> None:
+    """Online rules (enforce) would kill a connect to an address nothing in the call names;
+    under the allowlist the kernel has decided: the call completes and is allowed."""
+    dns_ip, _ = test_hosts
+    config = tmp_path / "guard.toml"
+    config.write_text(f'[sandbox]\ndns = ["{dns_ip}"]\n[online]\nmode = "enforce"\n')
+    flags = ("--config", str(config), "--allow-domain", "allowed.test")
+    # the URL and the code are in the environment: nothing in the call names a host
+    script = "import os, urllib.request as u; print(u.urlopen(os.environ['API']).read().decode())"
+    flags += ("--env", "API=http://api.allowed.test:8080/", "--env", f"SCRIPT={script}")
+    fetch = f'{sys.executable} -c "$SCRIPT"'
+    async with proxy("terminal", *flags) as client:
+        result = await client.call_tool("run_command", {"command": fetch})
+    assert not result.get("isError"), text_of(result)
+    assert json.loads(text_of(result))["stdout"].strip() == f"hello from {dns_ip}"
+    (rec,) = records(audit_path)
+    assert (rec.decision, rec.terminated) == ("allow", False)
+    assert "unexpected-network" not in rec.rules
