@@ -83,6 +83,9 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
         )
         how = "" if self.transport == "unknown" else f" {self.transport}"
         text = f"{self.op}{how} {where}"
+        if self.refused:
+            times = f" ({self.refused} times)" if self.refused > 1 else ""
+            return f"{text}, refused by network policy{times}"
         if self.op == "send" or self.transport in DATAGRAM_TRANSPORTS:
             n = self.sent
             text += ", no datagram sent" if n == 0 else f", {n} datagram{'s' if n > 1 else ''}"

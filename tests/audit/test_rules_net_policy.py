@@ -95,3 +95,13 @@ def test_online_rule_leaves_a_policed_sandbox_to_the_kernel_and_the_post_rule() 
     assert policed.check(server, event) is None  # let through by the kernel: derived
     refused = connect("203.0.113.9", transport="tcp", result=-1, refused=1)
     assert OnlineRules(POLICY, ctx_for(TOOL, ARGS)).check(server, refused) is None  # stopped
+
+
+def test_viewers_say_refused() -> None:
+    once = connect("203.0.113.9", transport="tcp", result=-1, refused=1)
+    assert once.summary == "connect tcp 203.0.113.9:443, refused by network policy"
+    sent = NetEvent(
+        ts_ns=1, op="send", family="ipv6", address="2001:db8::1", port=53, transport="udp",
+        result=-1, refused=4,
+    )  # fmt: skip
+    assert sent.summary == "send udp [2001:db8::1]:53, refused by network policy (4 times)"
