@@ -66,7 +66,10 @@ async def sh(*cmd: str, check: bool = True) -> None:
 @asynccontextmanager
 async def open_test_hosts() -> AsyncIterator[tuple[str, str]]:
     """A netns with two test hosts; yields (dns_ip, other_ip)."""
+    used = (await anyio.run_process(["ip", "-4", "-o", "addr"])).stdout.decode()
     tag, n = secrets.token_hex(3), secrets.randbelow(200) + 20
+    while f" 10.200.{n}." in used:  # another test's hosts (parallel runs on one machine)
+        n = secrets.randbelow(200) + 20
     ns, host_if, ns_if = f"mtg-test-{tag}", f"mtgh{tag}", f"mtgn{tag}"
     dns_ip, other_ip = f"10.200.{n}.2", f"10.200.{n}.3"
     await sh("ip", "netns", "add", ns)
