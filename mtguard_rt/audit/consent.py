@@ -7,8 +7,9 @@ the task, bar function words and the words of rc-file plumbing (`export`, `alias
 task: "add the alias ll='ls -la' to my ~/.bashrc", call: an edit of ~/.bashrc adding exactly
 that line). Another path, or a line the task never asked for (`curl ... | sh`), gets no
 consent. Text an argument only locates (`old_string`, `search`) is not written; lines it
-shares with the new text are unchanged context. No task, no consent. What consent covers is
-writing (and replacing) the file: never reading a canary secret, never another path.
+shares with the new text are unchanged context. No task, no consent (`explains`: a call
+without a task may still write what its arguments name). What consent covers is writing
+(and replacing) the file: never reading a canary secret, never another path.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ class WriteConsent:
         if path not in self._seen:
             self._seen[path] = self._decide(path)
         return self._seen[path]
+
+    def explains(self, path: str) -> bool:
+        """Is a write to the persistence location `path` explained? By consent, or, in a
+        call without a task, by arguments that name it (then the pre-audit judged them)."""
+        if self.allows(path):
+            return True
+        return self._task is None and names_path(self.ctx.arg_texts, path)
 
     def paths(self, candidates: list[str]) -> list[str]:
         """The candidates (absolute paths) this call may write."""

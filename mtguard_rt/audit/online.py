@@ -34,7 +34,7 @@ from .context import CallContext
 from .expected import Expected
 from .patterns import canonical_ip, is_loopback
 from .policy import PERSISTENCE, Policy
-from .rules_files import took_effect
+from .rules_files import PERSISTENCE_WHY, took_effect
 from .rules_integrity import (
     MISMATCH_WHY,
     UNDECLARED_WHY,
@@ -44,7 +44,6 @@ from .rules_integrity import (
 )
 from .rules_net import allowed_names, egress_text
 from .rules_pre import violation
-from .text import names_path
 from .treeview import describe, is_write, label
 
 OnlineMode = Literal["enforce", "observe", "off"]
@@ -137,10 +136,9 @@ class OnlineRules:
                 "persistence-write" in self._on
                 and is_write(ev)
                 and policy.classify(path) & PERSISTENCE
-                and not names_path(self.ctx.arg_texts, path)
+                and not self.consent.explains(path)
             ):
-                reason = "a persistence location the arguments do not name was modified"
-                return violation("persistence-write", policy, "post", reason, [line])
+                return violation("persistence-write", policy, "post", PERSISTENCE_WHY, [line])
         return None
 
     def _exec(self, proc: ProcessNode, ev: ExecEvent) -> Violation | None:

@@ -130,22 +130,32 @@ def sensitive_file_read(
     ]
 
 
+PERSISTENCE_WHY = "a persistence location was modified that the task and arguments do not ask for"
+
+
 def persistence_write(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    ev_lines = [
-        f"{label(h.proc)} {h.event.op} {h.path} {describe(h.event)}"
-        for h in view.matching(PERSISTENCE)
-        if is_write(h.event) and took_effect(h.event) and not names_path(ctx.arg_texts, h.path)
-    ]
-    if not ev_lines:
-        return []
-    return [
-        violation(
-            "persistence-write",
-            policy,
-            "post",
-            "a persistence location the arguments do not name was modified",
-            ev_lines,
-        )
-    ]
+    """A write to a persistence location without the user's consent (`WriteConsent`: the
+    task and the arguments name it, the task asks for what is written; without a task, the
+    arguments naming it suffice). A consented write is recorded in observe mode."""
+    consent = WriteConsent(ctx, policy)
+    ev_lines: list[str] = []
+    consented: dict[str, str] = {}
+    for h in view.matching(PERSISTENCE):
+        if not (is_write(h.event) and took_effect(h.event)):
+            continue
+        if (why := consent.why(h.path)) is not None:
+            consented[h.path] = why
+        elif not consent.explains(h.path):
+            line = f"{label(h.proc)} {h.event.op} {h.path} {describe(h.event)}"
+            if names_path(ctx.arg_texts, h.path):  # named: say why that was not consent
+                task = ctx.task_text or ""
+                unasked = consent.unasked(h.path) if names_path([task], h.path) else []
+                line += f"; {unasked[0]}" if unasked else "; the task does not name it"
+            ev_lines.append(line)
+    if ev_lines:
+        return [violation("persistence-write", policy, "post", PERSISTENCE_WHY, ev_lines)]
+    if consented:
+        return [consent_record("persistence-write", list(consented.values()))]
+    return []

@@ -52,11 +52,17 @@ def test_write_only_canary_and_relative_names_defer() -> None:
     assert wrote is not None and wrote.rule == "canary-touched"
 
 
-def test_persistence_write_fires_unless_the_arguments_name_it() -> None:
+def test_persistence_write_fires_unless_the_user_asked_for_it() -> None:
     cron = FileEvent(ts_ns=1, op="rename", path="/tmp/x", target="/etc/cron.d/job")
     v = rules(path="notes.txt").check(CHILD, cron)
     assert v is not None and v.rule == "persistence-write" and "/etc/cron.d/job" in v.evidence[0]
-    assert rules(path="/etc/cron.d/job").check(CHILD, cron) is None
+    # the arguments name it but the task does not: no consent
+    named = rules(path="/etc/cron.d/job").check(CHILD, cron)
+    assert named is not None and named.rule == "persistence-write"
+    asked = ctx_for("install_job", {"path": "/etc/cron.d/job"}, task="Install /etc/cron.d/job")
+    assert OnlineRules(POLICY, asked).check(CHILD, cron) is None
+    untasked = ctx_for("install_job", {"path": "/etc/cron.d/job"}, task=None)
+    assert OnlineRules(POLICY, untasked).check(CHILD, cron) is None  # the pre-audit's to judge
     assert rules(path="x").check(CHILD, opened("/etc/cron.d/job")) is None  # a read
 
 

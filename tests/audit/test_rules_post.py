@@ -109,12 +109,17 @@ def test_persistence_write_fires_for_cron_and_rename_targets() -> None:
     assert "a.service" in v.evidence[1]
 
 
-def test_persistence_read_or_named_write_is_quiet() -> None:
-    tree_ctx = ctx_for("edit_file", {"path": "~/.profile", "text": "export X=1"})
+def test_persistence_read_or_asked_for_write_is_not_denied() -> None:
+    args = {"path": "~/.profile", "text": "export X=1"}
+    tree_ctx = ctx_for("edit_file", args, task="Add export X=1 to my ~/.profile")
     tree = server_tree(tree_ctx.call)
     tree.processes[0].files.append(opened(f"{HOME}/.profile", "write", "truncate"))
     tree.processes[0].files.append(opened("/etc/profile"))
-    assert run(persistence_write, tree_ctx, tree, RESULT) == []
+    [v] = run(persistence_write, tree_ctx, tree, RESULT)
+    assert v.mode == "observe" and "consent" in v.evidence[0]  # recorded, not denied
+    # the arguments name it, the task does not ask for it: denied, saying so
+    [v] = run(persistence_write, ctx_for("edit_file", args), tree, RESULT)
+    assert v.mode == "enforce" and v.evidence[0].endswith("; the task does not name it")
 
 
 def test_unexpected_shell_fires_when_the_shell_does_something_security_relevant() -> None:
