@@ -128,7 +128,8 @@ class Guard:
         once (online rules); in enforce mode with `kill_on_touch`, canaries, the policy's
         protected paths and forbidden executables are SIGKILLed on open / exec; the
         write-only canaries (shell rc files: shells read them) only on an open for writing,
-        which `canary-touched` denies whatever the call declared; every canary and protected
+        which `canary-touched` denies unless the user asked this call for it (`WriteConsent`:
+        the supervisor then lifts that kill for the call's window); every canary and protected
         path also on unlink or rename (from or onto it)."""
         from .monitor.kinds import (
             ACT_KILL_EXEC,
