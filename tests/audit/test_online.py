@@ -9,9 +9,11 @@ import pytest
 
 from mtguard_rt.audit import load_policy
 from mtguard_rt.audit.online import OnlineRules
+from mtguard_rt.audit.rules_integrity import DispatchLedger
 from mtguard_rt.config import load_config
 from mtguard_rt.errors import PolicyError
 from mtguard_rt.model import (
+    DeclaredCall,
     ExecEvent,
     FileEvent,
     NetEvent,
@@ -231,4 +233,21 @@ def test_integrity_rules_off_in_the_policy_stay_quiet_online(tmp_path: Path) -> 
     r.expect("g-1", "srv")
     assert r.check(SERVER, read("run_command", {"command": "id"})) is None
     v = r.check(SERVER, read("run_command", {"command": "id"}, rid="x"))
+    assert v is not None and v.rule == "undeclared-request"
+
+
+def test_the_guards_own_earlier_request_read_late_is_declared_once() -> None:
+    """A busy server reads an abandoned call's request in a later call's window: the guard
+    sent it (ledger), so it is declared; a second read of that one send is a replay."""
+    ledger = DispatchLedger("srv")
+    earlier = DeclaredCall(call_id="c0", server="srv", tool="transfer", arguments={"amount": 1})
+    ledger.sent("g-0", earlier)
+    r = rules("transfer", amount=5)
+    ledger.sent("g-1", r.ctx.call)
+    r.expect("g-1", "srv", ledger)
+    late = read("transfer", {"amount": 1}, rid="g-0")
+    assert r.check(SERVER, late) is None and late.dispatched_by == "c0"
+    own = read("transfer", {"amount": 5})
+    assert r.check(SERVER, own) is None and own.dispatched_by == r.ctx.call.call_id
+    v = r.check(SERVER, read("transfer", {"amount": 1}, rid="g-0"))
     assert v is not None and v.rule == "undeclared-request"
