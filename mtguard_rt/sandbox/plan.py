@@ -34,6 +34,7 @@ from .mounts import MountSet
 from .settings import SandboxConfig
 from .users import SandboxUser, check_reachable, sandbox_user
 
+HOST_CONFIG = ["/etc/fonts"]  # read-only, when the host has them
 # Set in a sandbox without network unless the user sets them: a package manager that cannot
 # reach its registry fails at once instead of retrying for a minute (npm: ~70 s of backoff).
 OFFLINE_ENV = {"npm_config_fetch_retries": "0", "UV_OFFLINE": "1"}
@@ -96,6 +97,9 @@ def plan_sandbox(
     binds: list[Bind] = []
     if runtime:
         binds.append(Bind("/usr", "/usr", "ro"))
+        # host configuration programs need and that holds no secrets (fontconfig: without
+        # it a browser renders every page in a fallback serif face)
+        binds += [Bind(d, d, "ro") for d in HOST_CONFIG if os.path.isdir(d)]
         extra = guard_prefixes() if guard else interpreter_roots(command, host_dirs)
         for root in extra:
             if os.path.isdir(root) and not under(root, visible):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -141,8 +142,13 @@ async def test_guard_state_inside_the_workspace_is_hidden(
 async def test_python3_is_the_users_and_the_guards_venv_is_not_visible(tmp_path: Path) -> None:
     config = SandboxConfig(state_dir=str(tmp_path / "s"))
     probe = f"command -v python3; test -e {sys.prefix}/bin/python && echo guard-visible || echo no"
+    probe += "; fc-match sans-serif 2>/dev/null || echo no-fontconfig"
     out = await run(["sh", "-c", probe], config)
-    assert out.split() == ["/usr/bin/python3", "no"]  # not the guard's venv, shims dropped
+    lines = out.splitlines()
+    assert lines[:2] == ["/usr/bin/python3", "no"]  # not the guard's venv, shims dropped
+    if shutil.which("fc-match"):  # fontconfig configured as on the host (/etc/fonts)
+        host = await anyio.run_process(["fc-match", "sans-serif"])
+        assert lines[2] == host.stdout.decode().strip()
     out = await run([sys.executable, "-c", "import sys; print(sys.prefix)"], config)
     assert out.strip() == sys.prefix  # the guard's own Python, when the server is the guard's
 
