@@ -10,6 +10,7 @@ for the sessions that pass today (the rules are being fixed in parallel).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,10 +25,14 @@ import pytest
 from mtguard_rt.eval.realsuite import report
 from mtguard_rt.eval.realsuite.compare import classify, normalise, normalise_text
 from mtguard_rt.eval.realsuite.runner import (
+    SERVERS_DIR,
     CallRun,
     ServerRun,
     SuiteRun,
+    _take,
+    build_fixture,
     create_workdir,
+    guarded_command,
     run_suite,
 )
 from mtguard_rt.eval.realsuite.session import (
@@ -38,6 +43,7 @@ from mtguard_rt.eval.realsuite.session import (
     load_sessions,
     resolve,
 )
+from mtguard_rt.model import AuditRecord, Timings
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = 900  # a first install of the pinned PyPI and npm servers
@@ -171,6 +177,52 @@ def test_the_unguarded_answer_must_match_the_session_expectation() -> None:
     assert _classify(_text("fine"), _text("fine"), expect=True)[0] == "session-error"
     rpc = {"isError": True, "rpcError": "-32601: Method not found"}
     assert _classify(rpc, rpc, expect=True)[0] == "ok"
+
+
+# --- runner pieces ----------------------------------------------------------------------------
+
+def test_the_guarded_command_is_the_default_proxy_with_the_session_flags() -> None:
+    session = load_session(SESSIONS_DIR / "shell.toml")
+    session.network = "host"
+    values = {"servers": "/repo/.servers", "ws": "/w", "home": "/home/mtguard"}
+    cmd = guarded_command(session, values, Path("/w"), Path("/r/audit.jsonl"))
+    proxy, server = cmd[: cmd.index("--")], cmd[cmd.index("--") + 1:]
+    assert proxy[1:4] == ["-m", "mtguard_rt", "proxy"]
+    flags = dict(zip(proxy[4::2], proxy[5::2], strict=False))
+    assert flags["--name"] == "shell" and flags["--workspace"] == "/w"
+    assert flags["--mount"] == str(SERVERS_DIR) and flags["--audit-log"] == "/r/audit.jsonl"
+    assert flags["--network"] == "host" and flags["--env"].startswith("ALLOW_COMMANDS=ls,")
+    assert "--policy" not in proxy and "--observe" not in proxy  # default policy, enforce
+    assert server == ["/repo/.servers/py1/bin/mcp-shell-server"]
+
+
+def test_records_are_matched_to_calls_in_order_by_tool() -> None:
+    def rec(tool: str, n: int) -> AuditRecord:
+        return AuditRecord(call_id=str(n), server="s", tool=tool, arguments={},
+                           decision="allow", phase=None, rules=[], reasons=[], mode="enforce",
+                           timings_ms=Timings(), tree_complete=True, llm_used=False, tree=None)
+
+    queue = [rec("a", 1), rec("b", 2), rec("a", 3)]
+    got = [_take(queue, t) for t in ("a", "a", "b")]
+    assert [r.call_id if r else None for r in got] == ["1", "3", None]
+
+
+def test_a_fixture_is_built_fresh_and_a_failing_setup_command_is_an_error(
+    tmp_path: Path
+) -> None:
+    session = load_session(SESSIONS_DIR / "git.toml")
+    ws = tmp_path / "ws"
+    values = {"servers": "/s", "ws": str(ws), "home": str(tmp_path)}
+    (ws / "stale").mkdir(parents=True)
+    anyio.run(build_fixture, session, ws, values, os.geteuid())
+    assert not (ws / "stale").exists()
+    assert (ws / "project/README.md").read_text() == "# Project\n\nUsage: python app.py\n"
+    log = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(ws / "project"), "log",
+                          "--format=%an %s"], capture_output=True, text=True, check=True)
+    assert log.stdout == "Dev initial commit\n"
+    session.fixture.setup.append(["git", "-C", "nowhere", "status"])
+    with pytest.raises(SessionError, match="fixture command"):
+        anyio.run(build_fixture, session, ws, values, os.geteuid())
 
 
 # --- report -----------------------------------------------------------------------------------
