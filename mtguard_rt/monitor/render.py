@@ -79,6 +79,11 @@ def render_tree(tree: BehaviorTree) -> str:
     if tree.dns:
         lines.append("dns (unattributed)")
         lines.extend(f"     {_effect(d)}" for d in tree.dns)
+    if tree.refused:  # inbound packets the network policy dropped: no process to name
+        lines.append("network policy (unattributed)")
+        lines.extend(f"     {_effect(n)}" for n in tree.refused)
+    if tree.network_policy:
+        lines.append("network policy: only " + ", ".join(_safe(n) for n in tree.network_policy))
     if tree.omitted:
         lines.append("omitted as noise: " + ", ".join(f"{k}={v}" for k, v in tree.omitted.items()))
     window_ms = (tree.window_end_ns - tree.window_start_ns) / 1e6

@@ -105,3 +105,17 @@ def test_viewers_say_refused() -> None:
         result=-1, refused=4,
     )  # fmt: skip
     assert sent.summary == "send udp [2001:db8::1]:53, refused by network policy (4 times)"
+
+
+def test_trace_rendering_names_the_policy_and_unattributed_refusals() -> None:
+    from mtguard_rt.monitor.render import render_tree
+
+    inbound = NetEvent(
+        ts_ns=9, op="accept", family="ipv4", address="10.200.7.1", port=41000,
+        transport="tcp", result=-1, refused=2,
+    )  # fmt: skip
+    tree = tree_with(policy=["registry.npmjs.org"])
+    tree.refused.append(inbound)
+    text = render_tree(tree)
+    assert "network policy: only registry.npmjs.org" in text
+    assert "accept tcp 10.200.7.1:41000, refused by network policy (2 times)" in text
