@@ -61,9 +61,6 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
     # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
     refused: int = 0
-    # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
-    # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
-    refused: int = 0
 
     @property
     def egress(self) -> bool:
