@@ -231,6 +231,7 @@ def _run() -> SuiteRun:
     fp = CallRun(index=1, tool="git_log", arguments={"repo_path": "/w"}, status="fp",
                  rules=["unexpected-shell"], phase="post",
                  evidence=["unexpected-shell: a shell ran | sh -c git log"],
+                 task="show me the history",
                  unguarded_ms=5, guarded_ms=900)
     ok = CallRun(index=0, tool="git_status", arguments={}, status="ok", unguarded_ms=5,
                  guarded_ms=15, guard_ms=1.5)
@@ -259,7 +260,7 @@ def test_report_counts_false_positives_broken_calls_and_latency() -> None:
     assert "| git | `mcp-server-git==1` | 3/3 | 1 | 1 | 0 | 10 / 20 | 1.5 / 1.5 |" in md
     assert "unexpected-shell: a shell ran" in md and "```diff\n-a\n+b\n```" in md
     assert "broken call 2 `git_add` (after the denied call 1: may follow from it)" in md
-    assert "ServerExited" in md
+    assert "ServerExited" in md and "  - task: show me the history" in md
     assert report.failed(_run())
     clean = SuiteRun(servers=[ServerRun(server="git", package="p==1", registry="pypi",
                                         calls=[_run().servers[0].calls[0]])])

@@ -35,7 +35,8 @@ def _server_summary(s: ServerRun) -> dict[str, Any]:
     count = {k: sum(c.status == k for c in s.calls) for k in ("ok", "fp", "broken",
                                                               "session-error")}
     fps = [{"call": c.index, "tool": c.tool, "rules": c.rules, "phase": c.phase,
-            "evidence": c.evidence, "arguments": c.arguments} for c in s.calls if c.status == "fp"]
+            "evidence": c.evidence, "arguments": c.arguments, "task": c.task}
+           for c in s.calls if c.status == "fp"]
     broken = [{"call": c.index, "tool": c.tool, "diff": c.detail, "after_fp": c.after_fp}
               for c in s.calls if c.status == "broken"]
     errors = [{"call": c.index, "tool": c.tool, "why": c.detail} for c in s.calls
@@ -129,6 +130,8 @@ def render_markdown(run: SuiteRun) -> str:
             out += ["", f"- FP call {fp['call']} `{fp['tool']}` {args}: "
                     f"{', '.join(fp['rules']) or 'no audit record'} ({fp['phase']})"]
             out += [f"  - {_cell(e)[:400]}" for e in fp["evidence"]]
+            if fp["task"]:
+                out.append(f"  - task: {_cell(fp['task'])[:300]}")
         for b in v["broken_calls"]:
             after = (f" (after the denied call {b['after_fp']}: may follow from it)"
                      if b["after_fp"] is not None else "")

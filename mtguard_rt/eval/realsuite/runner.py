@@ -49,6 +49,7 @@ class CallRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     index: int
     tool: str
     arguments: dict[str, Any]
+    task: str = ""  # the task the call was sent with (resolved)
     status: Status | None = None  # None: not run (the session failed before it)
     detail: str = ""  # a broken call's diff, a session error's reason, a denial's text
     decision: str | None = None  # the guard's audit record
@@ -190,6 +191,8 @@ def guarded_command(session: Session, values: dict[str, str], ws: Path, audit: P
            "--workspace", str(ws), "--mount", str(SERVERS_DIR), "--audit-log", str(audit)]
     if session.network != "none":
         cmd += ["--network", session.network]
+    for domain in session.allow_domains:
+        cmd += ["--allow-domain", domain]
     for key, value in resolve(session.env, values).items():
         cmd += ["--env", f"{key}={value}"]
     return [*cmd, "--", *resolve(session.command, values)]
@@ -261,6 +264,7 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
                                                 strict=True):
         record = _take(queue, call.tool)
         call.arguments = resolve(spec.arguments, guarded_values)
+        call.task = resolve(spec.task or session.task, guarded_values)
         call.unguarded, call.unguarded_ms = a, ms_a
         call.guarded, call.guarded_ms = b, ms_b
         denied = False
