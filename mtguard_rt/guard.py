@@ -204,7 +204,7 @@ class Guard:
                 )
             if rollback is not None:  # its package overlays' baseline, as installed
                 for layer in sb.overlays:
-                    await rollback.add_overlay(layer.merged, layer.lower, layer.upper)
+                    await rollback.add_overlay(*layer)
             await sb.release()
             relay = on_message or _library_messages
             supervisors: list[Supervisor] = []  # this server's, once made (just below)

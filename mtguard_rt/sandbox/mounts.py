@@ -116,6 +116,7 @@ class Overlay(NamedTuple):
     merged: str  # the staging mount on the host (what the container binds)
     lower: str  # the package directory, unchanged
     upper: str  # where the server's writes land (its state)
+    inside: str  # the package directory's path inside the sandbox
 
 
 class MountSet:
@@ -145,7 +146,12 @@ class MountSet:
         return target
 
     def package_overlay(
-        self, lower: str, state: str, owner: tuple[int, int], user: tuple[int, int]
+        self,
+        lower: str,
+        state: str,
+        owner: tuple[int, int],
+        user: tuple[int, int],
+        inside: str | None = None,
     ) -> str:
         """An overlay of `lower` whose writes land in `state`/upper. When `owner` (of
         `lower`) is someone else, the lower layer is an idmapped clone showing it as `user`'s
@@ -159,7 +165,7 @@ class MountSet:
         target = self._stage("overlay")
         overlay(layer, upper, work, target)
         self.made.append(target)
-        self.overlays.append(Overlay(target, lower, upper))
+        self.overlays.append(Overlay(target, lower, upper, inside or lower))
         return target
 
     def close(self) -> None:

@@ -107,8 +107,9 @@ def plan_sandbox(
                 visible.append(root)
     state = server_state_dir(config.state_dir, name)
     package = package_dir(command, mounts, host_dirs) if config.package_overlay else None
-    for m in mounts:
-        binds.append(Bind(m, m, "rw", "overlay") if m == package else Bind(m, m, "ro"))
+    for given, m in zip(config.mounts, mounts, strict=True):  # inside: the path as given
+        target = os.path.abspath(given)
+        binds.append(Bind(m, target, "rw", "overlay") if m == package else Bind(m, target, "ro"))
     if workspace:
         mapped = os.path.realpath(workspace) if user.workspace_owner else None
         check_reachable(workspace, user, [*mounts, workspace], "workspace", idmapped=mapped)
@@ -174,7 +175,7 @@ def realize(plan: SandboxPlan, mounts: MountSet) -> list[str]:
                 st = os.stat(b.source)
                 source = mounts.package_overlay(
                     b.source, package_state(plan.server_state, b.source),
-                    (st.st_uid, st.st_gid), user,
+                    (st.st_uid, st.st_gid), user, b.target,
                 )  # fmt: skip
         except OSError as exc:
             raise SandboxError(

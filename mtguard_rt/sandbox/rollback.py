@@ -124,9 +124,12 @@ class WorkspaceRollback:
         self.extra: list[WorkspaceRollback] = []
         self._room: tuple[str, ShadowLimits, list[str], list[WorkspaceShadow]] | None = None
 
-    async def add_overlay(self, merged: str, lower: str, upper: str) -> None:
-        """Cover a package overlay (mounted at `merged` on the host, at `lower` inside) from
-        now on; before the server runs, so its baseline is the package as installed."""
+    async def add_overlay(
+        self, merged: str, lower: str, upper: str, inside: str | None = None
+    ) -> None:
+        """Cover a package overlay (mounted at `merged` on the host, at `inside` in the
+        sandbox: `lower`'s path by default) from now on; before the server runs, so its
+        baseline is the package as installed."""
         assert self._room is not None, "add_overlay() on a rollback open_rollback() made"
         base, limits, stores, shadows = self._room
         stores.append(_store(lower, base))
@@ -138,7 +141,8 @@ class WorkspaceRollback:
             raise RollbackError(lower, f"snapshot failed: {exc.strerror}: {exc.filename}") from exc
         shadows.append(shadow)
         self.extra.append(WorkspaceRollback(shadow, self.mode, observe=self.observe,
-                                            timeout_s=self.timeout_s, prefix=lower))  # fmt: skip
+                                            timeout_s=self.timeout_s,
+                                            prefix=inside or lower))  # fmt: skip
 
     def _abs(self, rel: str) -> str:
         return f"{self.workspace}/{rel}" if rel else self.workspace

@@ -97,6 +97,8 @@ def check_reachable(
     for part in ["", *parts]:
         current = os.path.join(current, part) if part else current
         st = os.stat(current)
+        if not stat.S_ISDIR(st.st_mode):  # a mounted file: only its directories are entered
+            break
         owner = (st.st_uid, st.st_gid)
         inside = idmapped is not None and (current + "/").startswith(idmapped + "/")
         if inside and owner == user.workspace_owner:

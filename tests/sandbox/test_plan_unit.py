@@ -67,6 +67,10 @@ def test_a_directory_the_user_cannot_enter_is_named_with_the_fix(tmp_path: Path)
     check_reachable(str(rooted), mapped, [str(rooted)], "workspace", idmapped=str(rooted))
     with pytest.raises(SandboxError, match="cannot enter"):
         check_reachable(str(rooted), mapped, [str(rooted)], "workspace")
+    mounted = tmp_path / "gitconfig"  # a mounted file needs no search permission
+    mounted.write_text("[user]\n")
+    mounted.chmod(0o644)
+    check_reachable(str(mounted), user, [str(mounted)], "mount")
 
 
 def test_path_is_the_users_without_invisible_dirs_or_the_guards_python(
