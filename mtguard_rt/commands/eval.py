@@ -8,7 +8,8 @@ and the raw per-call records `DIR/run.json`. `--from RUN.json` re-renders a reco
 `mtguard eval --suite real [--server NAME ...] [--out DIR]` runs the benign real-server suite
 instead: each registry server's session unguarded and through `mtguard proxy`, compared call by
 call; `DIR/report.md` and `DIR/report.json` list false positives (rule, evidence), broken calls
-and added latency; the exit code is 1 if any call was denied or broken.
+and added latency, `DIR/run.json` the raw results (`--from` re-renders it); the exit code is 1
+if any call was denied or broken.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         metavar="NAME",
         help="--suite real: only this server's session (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--set",
+        choices=("core", "held-out"),
+        action="append",
+        help="--suite real: only the sessions of this set (repeatable; default: all)",
     )
     p.add_argument(
         "--sessions",
@@ -159,21 +166,30 @@ async def _run(scenarios: list[Scenario], options: EvalOptions) -> EvalRun:
 
 def _real_suite(args: argparse.Namespace) -> int:
     from ..eval.realsuite.report import failed, render_json, render_markdown
-    from ..eval.realsuite.runner import run_suite, suite_encoder
+    from ..eval.realsuite.runner import run_suite, suite_decoder, suite_encoder
     from ..eval.realsuite.session import load_sessions
 
     corpus_only = {"--domain": args.domain, "--cases": args.cases, "--corpus": args.corpus,
-                   "--from": args.from_run, "--policy": args.policy,
+                   "--policy": args.policy,
                    "--audit-log": args.audit_log, "--no-enforce": args.no_enforce}
     given = [flag for flag, value in corpus_only.items() if value]
     if given:  # the suite runs the default policy in enforce mode, by design
         raise GuardError(f"{', '.join(given)}: not for --suite real (the corpus mode's options)")
-    sessions = load_sessions(args.server, args.sessions)
     out = Path(args.out or "eval-out-real")
-    out.mkdir(parents=True, exist_ok=True)
-    command = "mtguard " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
-    run = anyio.run(lambda: run_suite(sessions, command=command), backend="trio")
-    (out / "run.json").write_bytes(suite_encoder.encode(run))
+    if args.from_run:  # re-render a recorded run
+        try:
+            run = suite_decoder.decode(Path(args.from_run).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise GuardError(f"cannot read the recorded run {args.from_run}: {exc}") from exc
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        sessions = load_sessions(args.server, args.sessions, args.set)
+        if not sessions:
+            raise GuardError(f"no session of set {', '.join(args.set)} among those chosen")
+        out.mkdir(parents=True, exist_ok=True)
+        command = "mtguard " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+        run = anyio.run(lambda: run_suite(sessions, command=command), backend="trio")
+        (out / "run.json").write_bytes(suite_encoder.encode(run))
     markdown = render_markdown(run)
     (out / "report.md").write_text(markdown)
     (out / "report.json").write_text(render_json(run))

@@ -248,8 +248,11 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         owner = SANDBOX_UID if session.owner is None else session.owner
         await build_fixture(session, ws, guarded_values, owner)
         cmd = guarded_command(session, guarded_values, ws, audit)
+        # the guard's state (the server's persistent state and package overlay) fresh per
+        # run too: a state left by an earlier suite run must not change this run's results
+        guard_env = {"XDG_STATE_HOME": str(root / "state")}
         with (root / "guarded.stderr").open("w") as errlog:
-            second = await _run_calls(session, cmd, None, root, guarded_values, errlog)
+            second = await _run_calls(session, cmd, guard_env, root, guarded_values, errlog)
     except Exception as exc:  # the SDK raises groups and its own errors on a dead server
         leaf = _leaf(exc)
         run.error = f"{stage}: {type(leaf).__name__}: {leaf}"[:300] + _stderr_tail(root)
