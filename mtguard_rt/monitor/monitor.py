@@ -97,6 +97,8 @@ class Watch:
         mon._windows[self.cgroup_id] = win
         # what the server read and its workers did while no window was open (since the last)
         between = mon._tails.pop(self.cgroup_id, None)
+        if between is not None:
+            between.stop()
         try:
             win._seed()  # ... then seed, so nothing in between is missed
             try:

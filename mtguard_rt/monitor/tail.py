@@ -62,6 +62,10 @@ class Tail(Window):
                 tail._builder.adopt(proc)
         return tail
 
+    def stop(self) -> None:
+        """The next window opened: nothing more is fed (the record ends here)."""
+        self.settled_ns = time.monotonic_ns()
+
     @property
     def requests(self) -> list[StdioMessage]:
         return self._builder.stdio.requests
@@ -101,6 +105,6 @@ class Tail(Window):
         reasons += [f"killed in the kernel between calls: {k}" for k in self.kernel_kills]
         drops = {"window_overflow": self.overflow} if self.overflow else {}
         wall = time.time_ns() - time.monotonic_ns()
-        tree = self._builder.build(time.monotonic_ns(), reasons, drops, wall)
+        tree = self._builder.build(self.settled_ns or time.monotonic_ns(), reasons, drops, wall)
         tree.stdio = None  # the requests go to the next window's `stdio.between_calls`
         return tree

@@ -76,6 +76,9 @@ async def test_a_worker_does_not_hold_the_call_and_its_later_work_is_recorded(
     assert not any(f.path == late for p in tree.processes for f in p.files)  # not yet
     between = second.tree.between
     assert between is not None and between.call.call_id == CALL.call_id
+    # the record spans the gap: from the first window's end to the second one's opening
+    assert tree.window_end_ns <= between.window_start_ns <= between.window_end_ns
+    assert between.window_end_ns < second.tree.window_end_ns
     writers = [p for p in between.processes if any(f.path == late for f in p.files)]
     assert len(writers) == 1, [p.command_line for p in between.processes]
     assert writers[0].key in tree.workers  # the same process, followed past its window
