@@ -19,7 +19,7 @@ from .names import captures, confusable, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
 from .rules_provenance import induced_call, lookalike_tool
-from .text import bare_hosts, leaf_key, url_hosts
+from .text import bare_hosts, leaf_key, names_path, url_hosts
 
 MAX_EVIDENCE = 10
 _canonical = msgspec.json.Encoder(order="sorted", enc_hook=str)
@@ -47,12 +47,23 @@ def _texts(ctx: CallContext, min_length: int) -> Iterator[tuple[str, str]]:
         yield f"argument {key!r} (decoded from {enc})", dec
 
 
+def _task_asks_for(ctx: CallContext, text: str, hit: str) -> bool:
+    """Does the user's task name the sensitive file an argument names (`hit`, as the task
+    spells it: "create the app's .env from .env.example")? Never for an argument that names
+    a canary: canary secrets are never legitimately read, whoever asks."""
+    task = ctx.task_text
+    if not task or any(names_path([text], canary) for canary in ctx.canaries):
+        return False
+    return re.search(rf"(?<![\w.\-]){re.escape(hit)}(?![\w.\-])", task) is not None
+
+
 def sensitive_file_arg(ctx: CallContext, policy: Policy) -> list[Violation]:
-    """Arguments that name a sensitive file, or already carry secret material (a canary's
-    marker, private-key or cloud-key patterns): exfiltration through the call itself."""
+    """Arguments that name a sensitive file the task does not ask for, or already carry
+    secret material (a canary's marker, private-key or cloud-key patterns): exfiltration
+    through the call itself."""
     ev: list[str] = []
     for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
-        if hit := policy.sensitive_args.mention(text):
+        if (hit := policy.sensitive_args.mention(text)) and not _task_asks_for(ctx, text, hit):
             ev.append(f"{where} names {hit!r}")
         for path, marker in ctx.canaries.items():
             if marker and marker in text:

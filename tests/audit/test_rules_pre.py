@@ -372,3 +372,17 @@ def test_a_tool_annotated_read_only_does_not_restart_the_count() -> None:
     ctx = ctx_for("poll_job", {"repo": "/w"}, recent=_session("poll_job", "sync_job", "poll_job"))
     ctx.untrusted = gather(log, ["srv"], None)
     assert repeated_call(ctx, POLICY) == []  # sync_job (not listed, no looking word) may change
+
+
+def test_a_sensitive_file_the_task_asks_for_is_not_exfiltration_unless_a_canary() -> None:
+    task = "Create the app's local .env from app/.env.example with DEBUG=true"
+    write = {"path": "/w/app/.env", "content": "DEBUG=true\n"}
+    assert sensitive_file_arg(ctx_for("write_file", write, task=task), POLICY) == []
+    # a canary is never asked for: ~/.env, or a bare .env a shell resolves in the home
+    for value in ("~/.env", "cat .env", "/home/mtguard/.env"):
+        [v] = sensitive_file_arg(ctx_for("run", {"command": value}, task=task), POLICY)
+        assert "names '.env'" in v.evidence[0], value
+    # another sensitive file than the task names, or no task
+    [v] = sensitive_file_arg(ctx_for("read_file", {"path": "/etc/shadow"}, task=task), POLICY)
+    assert "/etc/shadow" in v.evidence[0]
+    assert sensitive_file_arg(ctx_for("write_file", write, task=None), POLICY) != []
