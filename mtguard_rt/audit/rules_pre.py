@@ -108,11 +108,34 @@ def ssh_persistence(ctx: CallContext, policy: Policy) -> list[Violation]:
     )
 
 
+# Argument names whose multi-word text is prose or a file's content: a URL inside it is
+# something written or thought about ("see https://debezium.io/..."; a config file's
+# DATABASE_URL), not where the call goes. Only for tools that do not run commands.
+_PROSE_KEYS = re.compile(
+    r"thoughts?|reasoning|notes?|comments?|summary|description|contents?|text|body|message|"
+    r"observations?",
+    re.I,
+)
+
+
+def _written_prose(key: str, text: str, command_tool: bool) -> bool:
+    return (
+        not command_tool
+        and _PROSE_KEYS.fullmatch(leaf_key(key)) is not None
+        and len(text.split()) > 1
+    )
+
+
 def off_task_url(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Arguments that point to a domain neither the task nor the allowlist names. A URL in
+    a non-command tool's prose or file content (`_written_prose`) is data, not a target."""
     task_hosts = ctx.task_hosts
     task_text = (ctx.task_text or "").lower()
+    command_tool = policy.is_command_tool(ctx.call.tool, ctx.input_schema)
     ev: list[str] = []
     for key, text in ctx.arg_items:
+        if _written_prose(key, text, command_tool):
+            continue
         for host in dict.fromkeys([*url_hosts(text), *bare_hosts(text, policy.bare_tlds)]):
             if domain_within(host, policy.allowed_domains) or domain_within(host, task_hosts):
                 continue
