@@ -170,6 +170,16 @@ def test_structured_content_is_compared_too() -> None:
     assert _classify(a, dict(a))[0] == "ok"
 
 
+def test_epoch_numbers_in_structured_content_are_masked_like_the_text_form() -> None:
+    a = {**_text("ok"), "structuredContent": {"commits": [{"timestamp": 1796130221, "n": 2}]}}
+    b = {**_text("ok"), "structuredContent": {"commits": [{"timestamp": 1796130229, "n": 2}]}}
+    assert _classify(a, b) == ("ok", "")
+    ms = {**_text("ok"), "structuredContent": {"t": 1796130221000, "ok": True}}
+    assert _classify(ms, {**ms, "structuredContent": {"t": 1796130229123, "ok": True}})[0] == "ok"
+    small = {**_text("ok"), "structuredContent": {"size": 4990}}  # not a time: still compared
+    assert _classify(small, {**small, "structuredContent": {"size": 4994}})[0] == "broken"
+
+
 def test_the_unguarded_answer_must_match_the_session_expectation() -> None:
     err = _text("Invalid timezone", is_error=True)
     assert _classify(err, err, expect=True) == ("ok", "")
@@ -194,6 +204,20 @@ def test_the_guarded_command_is_the_default_proxy_with_the_session_flags() -> No
     assert flags["--network"] == "host" and flags["--env"].startswith("ALLOW_COMMANDS=ls,")
     assert "--policy" not in proxy and "--observe" not in proxy  # default policy, enforce
     assert server == ["/repo/.servers/py1/bin/mcp-shell-server"]
+
+
+def test_allowed_domains_become_proxy_flags_and_sets_filter_sessions() -> None:
+    session = load_session(SESSIONS_DIR / "memory-npx.toml")
+    values = {"servers": "/repo/.servers", "ws": "/w", "home": "/home/mtguard"}
+    cmd = guarded_command(session, values, Path("/w"), Path("/r/audit.jsonl"))
+    proxy = cmd[: cmd.index("--")]
+    assert proxy[proxy.index("--allow-domain") + 1] == "registry.npmjs.org"
+    assert "--network" not in proxy  # the registry only, never the host's network
+    held = load_sessions(sets=["held-out"])
+    assert len(held) >= 6 and all(s.set == "held-out" for s in held)
+    core = {s.server for s in load_sessions(sets=["core"])}
+    assert "git" in core and not core & {s.server for s in held}
+    assert load_sessions(["git"], sets=["held-out"]) == []
 
 
 def test_records_are_matched_to_calls_in_order_by_tool() -> None:

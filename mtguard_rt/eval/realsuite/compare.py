@@ -59,11 +59,18 @@ def normalise_text(text: str, subs: Mapping[str, str]) -> str:
 def _walk(value: Any, subs: Mapping[str, str]) -> Any:
     if isinstance(value, str):
         return normalise_text(value, subs)
+    if isinstance(value, int | float) and not isinstance(value, bool) and _is_epoch(value):
+        return "<epoch>"  # a structured timestamp, as the text form's <epoch>
     if isinstance(value, list):
         return [_walk(v, subs) for v in value]
     if isinstance(value, dict):
         return {k: _walk(v, subs) for k, v in value.items() if k != "_meta"}
     return value
+
+
+def _is_epoch(value: float) -> bool:
+    """Epoch seconds or milliseconds in the range the text pattern masks (2017-2033)."""
+    return 1.5e9 <= value < 2e9 or 1.5e12 <= value < 2e12
 
 
 def normalise(result: Mapping[str, Any], subs: Mapping[str, str]) -> dict[str, Any]:
