@@ -5,11 +5,11 @@ real sandboxed servers, then prints the report and writes `DIR/report.md`, `DIR/
 and the raw per-call records `DIR/run.json`. `--from RUN.json` re-renders a recorded run
 (baselines replay on its records) without running anything. Progress goes to stderr.
 
-`mtguard eval --suite real [--server NAME ...] [--out DIR]` runs the benign real-server suite
-instead: each registry server's session unguarded and through `mtguard proxy`, compared call by
-call; `DIR/report.md` and `DIR/report.json` list false positives (rule, evidence), broken calls
-and added latency, `DIR/run.json` the raw results (`--from` re-renders it); the exit code is 1
-if any call was denied or broken.
+`mtguard eval --suite real [--server NAME ...] [--set core|held-out] [--out DIR]` runs the
+benign real-server suite instead: each registry server's session unguarded and through
+`mtguard proxy`, compared call by call; `DIR/report.md` and `DIR/report.json` list false
+positives (rule, evidence), broken calls and added latency, `DIR/run.json` the raw results
+(`--from` re-renders it); the exit code is 1 if any call was denied or broken.
 """
 
 from __future__ import annotations
