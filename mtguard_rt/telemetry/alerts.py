@@ -68,6 +68,12 @@ def alert_payload(
     }
 
 
+def alert_evidence(record: AuditRecord, limit: int = 8) -> list[str]:
+    """The first `limit` evidence lines of the record's violations, for a human summary."""
+    lines = [e for v in record.violations for e in v.evidence]
+    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
 class _Collector(LogRecordProcessor):
     def __init__(self) -> None:
         self.records: list[ReadableLogRecord] = []

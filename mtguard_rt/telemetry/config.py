@@ -16,6 +16,7 @@ import msgspec
 
 from ..errors import TelemetryError
 from ..paths import default_alerts_file, default_traces_file
+from .syslog import FACILITIES as SYSLOG_FACILITIES
 
 ExporterKind = Literal["file", "otlp-http", "otlp-grpc", "console", "off"]
 AlertKind = Literal["deny", "observe-violation", "incomplete-tree", "pinning-change"]
@@ -47,10 +48,19 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     webhook_timeout: float = 5.0  # one POST (s)
     webhook_retries: int = 3  # further attempts after the first, with exponential backoff
     webhook_backoff: float = 0.5  # first retry delay (s); doubles each retry
-    webhook_queue_size: int = 256
+    webhook_queue_size: int = 256  # retries, backoff and queue size apply to every alert output
+    alertmanager_url: str | None = None  # Alertmanager base URL; alerts POSTed to /api/v2/alerts
+    alertmanager_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    alertmanager_timeout: float = 5.0  # one POST (s)
+    alertmanager_resolve_after: float = 300.0  # endsAt = startsAt + this (s): alerts resolve
+    syslog_address: str | None = None  # "udp://127.0.0.1:514" or "tcp://host:port" (RFC 5424)
+    syslog_facility: str = "local0"  # kern, user, daemon, auth, authpriv, audit, local0..7
+    syslog_app_name: str = "mtguard"
+    syslog_timeout: float = 5.0  # one connect + send (s)
 
     def __post_init__(self) -> None:
-        for name in ("export_timeout", "flush_timeout", "webhook_timeout"):
+        for name in ("export_timeout", "flush_timeout", "webhook_timeout",
+                     "alertmanager_timeout", "alertmanager_resolve_after", "syslog_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("queue_size", "max_batch", "max_events_per_span", "webhook_queue_size"):
@@ -58,6 +68,22 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"{name} must be >= 1")
         if self.webhook_retries < 0 or self.webhook_backoff < 0:
             raise ValueError("webhook_retries and webhook_backoff must be >= 0")
+        if self.syslog_address is not None:
+            parse_syslog_address(self.syslog_address)
+        if self.syslog_facility not in SYSLOG_FACILITIES:
+            raise ValueError(f"syslog_facility must be one of {', '.join(SYSLOG_FACILITIES)}")
+
+
+def parse_syslog_address(address: str) -> tuple[Literal["udp", "tcp"], str, int]:
+    """("udp"|"tcp", host, port) from "udp://host:port" or "tcp://host:port" (default 514)."""
+    scheme, sep, rest = address.partition("://")
+    host, _, port = rest.rpartition(":") if ":" in rest else (rest, "", "514")
+    host = host.strip("[]")
+    if not sep or scheme not in ("udp", "tcp") or not host or not port.isdigit():
+        raise ValueError(f"syslog_address {address!r}: use udp://host:port or tcp://host:port")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"syslog_address {address!r}: port out of range")
+    return ("udp" if scheme == "udp" else "tcp"), host, int(port)
 
 
 def _from_env(var: str, env: Mapping[str, str]) -> ExporterKind | None:

@@ -23,10 +23,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanContext, SpanKind, format_trace_id
 
 from ..model import AuditRecord
-from .alerts import AlertLogBuilder, alert_kinds, alert_payload
-from .config import TelemetryConfig
+from .alertmanager import AlertmanagerSender
+from .alerts import AlertLogBuilder, alert_evidence, alert_kinds, alert_payload
+from .config import TelemetryConfig, parse_syslog_address
 from .exporters import create_exporters
+from .outbox import AlertOutbox
 from .spans import SpanBuilder, new_trace_id, parse_traceparent, span_count
+from .syslog import SyslogSender
 from .webhook import WebhookSender
 
 log = logging.getLogger(__name__)
@@ -42,11 +45,13 @@ class Telemetry:
         span_exporter: SpanExporter | None,
         log_exporter: LogRecordExporter | None,
         webhook: WebhookSender | None,
+        outputs: Sequence[AlertOutbox] = (),
     ) -> None:
         self.config = config
         self._spans_out = span_exporter
         self._logs_out = log_exporter
         self._webhook = webhook
+        self._outputs = tuple(outputs)  # Alertmanager, syslog: each with its own queue
         resource = Resource.create({SERVICE_NAME: config.service_name})
         self._spans = SpanBuilder(
             resource, include_content=config.include_content, max_events=config.max_events_per_span
@@ -74,8 +79,13 @@ class Telemetry:
         hex_id = format_trace_id(trace_id)
         if kinds:
             self._counts["alerts"] += 1
+            payload = alert_payload(record, kinds, hex_id)
             if self._webhook is not None:
-                self._webhook.submit(alert_payload(record, kinds, hex_id))
+                self._webhook.submit(payload)
+            if self._outputs:
+                rich = {**payload, "evidence": alert_evidence(record)}
+                for output in self._outputs:
+                    output.submit(rich)
         if self._spans_out is not None or (kinds and self._logs_out is not None):
             try:
                 self._send.send_nowait((record, trace_id, parent, kinds))
@@ -89,7 +99,24 @@ class Telemetry:
         counts["webhook_sent"] = webhook.sent if webhook else 0
         counts["webhook_failed"] = webhook.failed if webhook else 0
         counts["webhook_dropped"] = webhook.dropped if webhook else 0
+        for output in self._outputs:
+            counts[f"{output.name}_sent"] = output.sent
+            counts[f"{output.name}_failed"] = output.failed
+            counts[f"{output.name}_dropped"] = output.dropped
         return counts
+
+    def _report_losses(self) -> None:
+        """At exit: one warning naming every alert output that lost alerts (never silent)."""
+        lost = [
+            f"{name}: {failed} failed, {dropped} dropped"
+            for name, failed, dropped in (
+                *(("webhook", w.failed, w.dropped) for w in (self._webhook,) if w is not None),
+                *((o.name, o.failed, o.dropped) for o in self._outputs),
+            )
+            if failed or dropped
+        ]
+        if lost:
+            log.warning("mtguard telemetry lost alerts (%s)", "; ".join(lost))
 
     def _drop(self, record: AuditRecord, kinds: Sequence[str]) -> None:
         if self._spans_out is not None:
@@ -197,8 +224,10 @@ async def open_telemetry(config: TelemetryConfig | None = None) -> AsyncIterator
             retries=config.webhook_retries, backoff=config.webhook_backoff,
             queue_size=config.webhook_queue_size,
         )
-    tel = Telemetry(config, span_exporter, log_exporter, webhook)
+    outputs = create_alert_outputs(config)
+    tel = Telemetry(config, span_exporter, log_exporter, webhook, outputs)
     exports_done, webhook_done = anyio.Event(), anyio.Event()
+    outputs_done = [anyio.Event() for _ in outputs]
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_done, tel._run_exports, exports_done)
@@ -206,15 +235,19 @@ async def open_telemetry(config: TelemetryConfig | None = None) -> AsyncIterator
                 tg.start_soon(_until_done, webhook.run, webhook_done)
             else:
                 webhook_done.set()
+            for output, done in zip(outputs, outputs_done, strict=True):
+                tg.start_soon(_until_done, output.run, done)
             try:
                 yield tel
             finally:
                 tel._send.close()
                 if webhook is not None:
                     webhook.close()
+                for output in outputs:
+                    output.close()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(config.flush_timeout):
-                    await exports_done.wait()
-                    await webhook_done.wait()
+                    for done in (exports_done, webhook_done, *outputs_done):
+                        await done.wait()
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         _reraise_alone(group)
@@ -222,7 +255,35 @@ async def open_telemetry(config: TelemetryConfig | None = None) -> AsyncIterator
         tel._abandon()
         if webhook is not None:
             webhook.abandon()
+        for output in outputs:
+            output.abandon()
         tel._shutdown_exporters()
+        tel._report_losses()
+
+
+def create_alert_outputs(config: TelemetryConfig) -> list[AlertOutbox]:
+    """The Alertmanager and syslog outputs `config` names (none unless it names them)."""
+    if not config.alert_on:
+        return []
+    shared = {
+        "retries": config.webhook_retries, "backoff": config.webhook_backoff,
+        "queue_size": config.webhook_queue_size,
+    }
+    outputs: list[AlertOutbox] = []
+    if config.alertmanager_url:
+        outputs.append(AlertmanagerSender(
+            config.alertmanager_url, headers=config.alertmanager_headers,
+            timeout=config.alertmanager_timeout,
+            resolve_after=config.alertmanager_resolve_after, **shared,  # type: ignore[arg-type]
+        ))
+    if config.syslog_address:
+        transport, host, port = parse_syslog_address(config.syslog_address)
+        outputs.append(SyslogSender(
+            host, port, transport=transport, facility=config.syslog_facility,
+            app_name=config.syslog_app_name, timeout=config.syslog_timeout,
+            **shared,  # type: ignore[arg-type]
+        ))
+    return outputs
 
 
 async def _until_done(run: Callable[[], Awaitable[None]], done: anyio.Event) -> None:

@@ -1,0 +1,157 @@
+"""Real Alertmanager and rsyslog daemons on 127.0.0.1 for tests, each with its config in tmp.
+
+Debian's `prometheus-alertmanager` and `rsyslog` (scripts/setup-host.sh installs both). A
+missing binary skips, or fails under MTGUARD_REQUIRE_REAL=1. Start-up waits are bounded;
+stopping is SIGTERM, then SIGKILL after a bound, so a test never leaves a daemon behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REQUIRE_REAL
+
+START_TIMEOUT = 20.0  # a daemon's start on a loaded 2-core box: seconds, not minutes
+STOP_TIMEOUT = 5.0
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
+    if path is None:
+        why = f"{name} is not installed (scripts/setup-host.sh installs it)"
+        if REQUIRE_REAL:
+            pytest.fail(f"MTGUARD_REQUIRE_REAL=1 but {why}")
+        pytest.skip(why)
+    return path
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:  # an external daemon gives us no readiness fd
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        if ready():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} not ready within {START_TIMEOUT} s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    port: int
+    output: Path  # rsyslog: the file it writes; Alertmanager: its log
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+@contextmanager
+def run_alertmanager(tmp: Path) -> Iterator[Daemon]:
+    binary = require_binary("prometheus-alertmanager")
+    port = free_port()
+    (tmp / "am.yml").write_text(
+        'route:\n  receiver: "null"\n  group_wait: 1s\nreceivers:\n  - name: "null"\n'
+    )
+    log = tmp / "alertmanager.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am-data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        _wait_until(ready, proc, "alertmanager")
+        yield Daemon(proc, port, log)
+    finally:
+        _stop(proc)
+
+
+RSYSLOG_TEMPLATE = (
+    "%PRI%|%TIMESTAMP:::date-rfc3339%|%HOSTNAME%|%APP-NAME%|%PROCID%|%MSGID%|"
+    "%STRUCTURED-DATA%|%msg%\\n"
+)
+
+
+@contextmanager
+def run_rsyslog(tmp: Path) -> Iterator[tuple[Daemon, int]]:
+    """rsyslogd with imudp and imtcp on loopback, every message to `output` one per line.
+    Yields (daemon with its TCP port, UDP port)."""
+    binary = require_binary("rsyslogd")
+    tcp_port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
+    work = tmp / "rsyslog-work"
+    work.mkdir()
+    output = tmp / "syslog.out"
+    conf = tmp / "rsyslog.conf"
+    conf.write_text(
+        f'global(workDirectory="{work}")\n'
+        'module(load="imudp")\nmodule(load="imtcp")\n'
+        f'input(type="imudp" address="127.0.0.1" port="{udp_port}")\n'
+        f'input(type="imtcp" address="127.0.0.1" port="{tcp_port}")\n'
+        f'template(name="probe" type="string" string="{RSYSLOG_TEMPLATE}")\n'
+        f'*.* action(type="omfile" file="{output}" template="probe")\n'
+    )
+    log = tmp / "rsyslogd.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, "-n", "-f", str(conf), "-i", str(tmp / "rsyslogd.pid")],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_until(lambda: _accepts(tcp_port), proc, "rsyslogd")
+        yield Daemon(proc, tcp_port, output), udp_port
+    finally:
+        _stop(proc)
+
+
+def read_lines(path: Path, n: int, timeout: float = 10.0) -> list[str]:
+    """The first `n` lines rsyslog wrote to `path` (it writes asynchronously to our send)."""
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < deadline:  # rsyslog's file is the only signal we get
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= n:
+            return lines
+        time.sleep(0.05)
+    raise TimeoutError(f"{path}: {len(lines)} of {n} lines after {timeout} s: {lines}")
