@@ -15,6 +15,8 @@ host's own initialize. Runs on asyncio and trio.
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -33,6 +35,8 @@ from .sandbox import SandboxConfig, open_sandbox
 from .sandbox.rollback import open_rollback
 from .supervisor import DispatchHook, Supervisor
 from .telemetry import AuditLog, TelemetryConfig, open_telemetry
+
+_log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = "2025-11-25"
 HANDSHAKE_TIMEOUT_S = 60.0  # server start-up inside the sandbox, e.g. a Python import storm
@@ -303,15 +307,23 @@ async def open_guard(
     async with AsyncExitStack() as stack:
         mon = None
         if monitor:
+            from .agent.client import open_agent_program
             from .monitor import MonitorConfig, open_monitor
 
+            remote, mode, loud = open_agent_program()  # the host's agent, else our own
+            _log.info("%s", mode)
+            if loud:
+                print(f"mtguard: {mode}", file=sys.stderr, flush=True)
+            if remote is not None:
+                stack.callback(remote.close)
             mon = await stack.enter_async_context(
                 open_monitor(
                     MonitorConfig(
                         settle_max_ms=config.monitor.settle_max_ms,
                         ring_pages=config.monitor.ring_pages,
                         workers=config.monitor.workers,  # settle without waiting for them
-                    )
+                    ),
+                    program=remote,
                 )
             )
         from .monitor.simplify import load_noise, simplify

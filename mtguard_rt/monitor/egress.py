@@ -217,6 +217,9 @@ async def open_network_policy(
 ) -> AsyncIterator[NetworkPolicy]:
     """Enforce `names` on a watched sandbox until exit: resolve them first (through the
     sandbox's own resolvers: the same answers), attach, and stamp the watch's trees."""
+    program = watch._monitor.program
+    if not isinstance(program, BpfProgram):  # an agent's: its maps are not ours to attach
+        raise GuardError("--allow-domain needs the in-process monitor (MTGUARD_AGENT=off)")
     servers = resolvers or resolv_conf_servers()
     if not servers:
         raise GuardError("--allow-domain: no resolver in /etc/resolv.conf; set [sandbox] dns")
@@ -225,7 +228,7 @@ async def open_network_policy(
             wire_name(name)  # a name the kernel cannot hold fails here, with its text
     found = await resolve_names(names, servers)
     policy = NetworkPolicy(
-        watch._monitor.program,
+        program,
         watch.cgroup_id,
         watch.cgroup_path,
         names,

@@ -23,8 +23,9 @@ from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
 from .decode import RawEvent
 from .kinds import ACT_KILL_MODIFY, ACT_KILL_WRITE
-from .loader import BpfProgram, load_program
+from .loader import load_program
 from .procfs import stdio_pipes
+from .source import EventSource
 from .tail import Tail
 from .window import EventHook, Window
 
@@ -131,7 +132,7 @@ class Watch:
 
 
 class Monitor:
-    def __init__(self, program: BpfProgram, config: MonitorConfig) -> None:
+    def __init__(self, program: EventSource, config: MonitorConfig) -> None:
         self.program = program
         self.config = config
         self._windows: dict[int, Window] = {}
@@ -233,14 +234,18 @@ class Monitor:
 
 
 @asynccontextmanager
-async def open_monitor(config: MonitorConfig | None = None) -> AsyncIterator[Monitor]:
+async def open_monitor(
+    config: MonitorConfig | None = None, *, program: EventSource | None = None
+) -> AsyncIterator[Monitor]:
     """Load the BPF program (once per process) and run the reader until exit.
 
     One monitor per program at a time: it owns the ring buffer's reader. Share it (one per
-    guard process) rather than opening a second one.
+    guard process) rather than opening a second one. `program`: another source of the
+    records (an agent's, `agent.client.RemoteProgram`), owned by the caller.
     """
     config = config or MonitorConfig()
-    program = load_program(config.ring_pages)
+    if program is None:
+        program = load_program(config.ring_pages)
     if program.has_sink():
         raise MonitorError("a monitor is already open in this process; share it")
     monitor = Monitor(program, config)

@@ -1,0 +1,186 @@
+"""`RemoteProgram`: the agent's program seen from a guard, an `EventSource` for `Monitor`.
+
+One unix-socket connection per guard, used from the event loop thread only. Requests are
+synchronous round trips bounded by RPC_TIMEOUT_S; the events that arrive before a reply are
+delivered to the sink after it (so a sink may itself make a request). `consume()` is a
+`sync`: the agent drains the kernel's ring first, so a settling window sees every record
+of its cgroup up to now, as with the in-process program. The agent gone: `MonitorLost`,
+and the guard fails closed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import MonitorLost
+from .protocol import (
+    TAG_EVENT,
+    TAG_REPLY,
+    TAG_REQUEST,
+    FrameBuffer,
+    Request,
+    encode,
+    event_decoder,
+    reply_decoder,
+)
+
+CONNECT_TIMEOUT_S = 1.0  # a live agent accepts at once; longer means none (or a hung one)
+RPC_TIMEOUT_S = 10.0  # a sync under a full ring buffer on a loaded host, with margin
+
+
+class AgentUnavailable(Exception):
+    """No agent answers at the socket (none, stale, refused): use the in-process monitor."""
+
+
+class RemoteProgram:
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self._sock = sock
+        self.path = path
+        self.ring_fd: int = sock.fileno()
+        self.decoder = event_decoder
+        self._frames = FrameBuffer()
+        self._sink: Callable[[bytes], None] | None = None
+        self._pending: list[bytes] = []  # events read while waiting for a reply
+        self.lost = False  # the agent went away: it gave our cgroups back itself
+        hello = self.call(Request(op="hello"))
+        self.agent_pid = int(hello["pid"])
+        self.load_s = float(hello["load_ms"]) / 1000
+
+    # -- the wire --------------------------------------------------------------------------
+    def _recv(self, timeout: float) -> None:
+        if not select.select([self._sock], [], [], max(0.0, timeout))[0]:
+            return
+        try:
+            data = self._sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise MonitorLost(f"the agent connection failed: {exc}") from exc
+        if not data:
+            raise MonitorLost(f"the agent at {self.path} closed the connection")
+        self._frames.feed(data)
+
+    def call(self, req: Request) -> Any:
+        try:
+            return self._call(req)
+        except MonitorLost:
+            self.lost = True
+            raise
+
+    def _release(self, req: Request) -> None:
+        """A give-back request: moot once the agent is gone (it released them on EOF)."""
+        if not self.lost:
+            self.call(req)
+
+    def _call(self, req: Request) -> Any:
+        try:
+            self._sock.sendall(encode(TAG_REQUEST, req))
+        except OSError as exc:
+            raise MonitorLost(f"the agent at {self.path} is gone: {exc}") from exc
+        deadline = time.monotonic() + RPC_TIMEOUT_S
+        while True:
+            for tag, payload in self._frames.frames():
+                if tag == TAG_EVENT:
+                    self._pending.append(payload)
+                elif tag == TAG_REPLY:
+                    reply = reply_decoder.decode(payload)
+                    self._deliver()
+                    if not reply.ok:
+                        raise MonitorLost(f"the agent refused {req.op}: {reply.error}")
+                    return reply.value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MonitorLost(f"the agent did not answer {req.op} in {RPC_TIMEOUT_S:g} s")
+            self._recv(left)
+
+    def _deliver(self) -> None:
+        pending, self._pending = self._pending, []
+        sink = self._sink
+        if sink is not None:
+            for payload in pending:
+                sink(payload)
+
+    # -- EventSource -----------------------------------------------------------------------
+    def add_cgroup(self, cgroup_id: int, eager: bool = False) -> None:
+        self.call(Request(op="add_cgroup", cgroup_id=cgroup_id, eager=eager))
+
+    def remove_cgroup(self, cgroup_id: int) -> None:
+        self._release(Request(op="remove_cgroup", cgroup_id=cgroup_id))
+
+    def protect(self, cgroup_id: int, paths: dict[str, int]) -> list[str]:
+        return [str(p) for p in self.call(Request(op="protect", cgroup_id=cgroup_id, paths=paths))]
+
+    def actions(self, cgroup_id: int, path: str) -> int:
+        return int(self.call(Request(op="actions", cgroup_id=cgroup_id, path=path)))
+
+    def unprotect(self, cgroup_id: int) -> None:
+        self._release(Request(op="unprotect", cgroup_id=cgroup_id))
+
+    def wire_add(self, cgroup_id: int, fds: dict[tuple[int, int], int]) -> None:
+        flat = [(pid, fd, stream) for (pid, fd), stream in fds.items()]
+        self.call(Request(op="wire_add", cgroup_id=cgroup_id, fds=flat))
+
+    def wire_forget(self, cgroup_id: int) -> None:
+        self._release(Request(op="wire_forget", cgroup_id=cgroup_id))
+
+    def drops(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in self.call(Request(op="drops")).items()}
+
+    def has_sink(self) -> bool:
+        return self._sink is not None
+
+    def set_sink(self, on_record: Callable[[bytes], None] | None) -> None:
+        self._sink = on_record
+
+    def consume(self, limit: int = 0) -> bool:
+        self.call(Request(op="sync"))
+        return False
+
+    def status(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.call(Request(op="status"))
+        return value
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def connect_agent(path: Path) -> RemoteProgram:
+    """A connection to the agent at `path`; `AgentUnavailable` when none answers."""
+    if not path.exists():
+        raise AgentUnavailable(f"no agent at {path}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(str(path))
+        sock.settimeout(RPC_TIMEOUT_S)  # bounds a send; receives wait in select() first
+        return RemoteProgram(sock, path)
+    except (OSError, MonitorLost) as exc:
+        sock.close()
+        raise AgentUnavailable(f"the agent at {path} does not answer: {exc}") from exc
+
+
+def open_agent_program() -> tuple[RemoteProgram | None, str, bool]:
+    """The agent's program if one answers, the mode line for the log and `doctor`, and
+    whether that line is worth printing (an agent in use, or one asked for and absent)."""
+    from .protocol import agent_socket_path
+
+    path = agent_socket_path()
+    if not agent_wanted():
+        return None, "monitor: in-process (MTGUARD_AGENT=off)", False
+    try:
+        program = connect_agent(path)
+    except AgentUnavailable as exc:
+        loud = "MTGUARD_AGENT_SOCKET" in os.environ or path.exists()
+        return None, f"monitor: in-process ({exc})", loud
+    return program, f"monitor: agent (pid {program.agent_pid}) at {path}", True
+
+
+def agent_wanted() -> bool:
+    """MTGUARD_AGENT=off (or 0, no) keeps every guard on its own in-process monitor."""
+    return os.environ.get("MTGUARD_AGENT", "").lower() not in ("off", "0", "no")
