@@ -163,6 +163,16 @@ def test_an_allowed_call_with_another_result_is_broken_with_a_diff() -> None:
     assert "-" in detail and "affected_rows': 4" in detail and "affected_rows': 0" in detail
 
 
+def test_epoch_numbers_in_structured_content_are_masked() -> None:
+    a = {**_text("ok"), "structuredContent": {"commits": [{"timestamp": 1796131041, "n": 3}]}}
+    b = {**_text("ok"), "structuredContent": {"commits": [{"timestamp": 1796131062, "n": 3}]}}
+    assert _classify(a, b) == ("ok", "")
+    c = {**_text("ok"), "structuredContent": {"commits": [{"timestamp": 1796131062, "n": 4}]}}
+    assert _classify(a, c)[0] == "broken"
+    ms = {**_text("ok"), "structuredContent": {"t": 1796131041123, "flag": True}}
+    assert normalise(ms, {})["structuredContent"] == {"t": "<epoch>", "flag": True}
+
+
 def test_structured_content_is_compared_too() -> None:
     a = {**_text("ok"), "structuredContent": {"rows": 4}}
     b = {**_text("ok"), "structuredContent": {"rows": 3}}
