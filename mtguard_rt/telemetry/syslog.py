@@ -4,9 +4,10 @@
 for a deny, warning otherwise), APP-NAME `mtguard`, MSGID the alert kind, one SD-ELEMENT
 `mtguard@32473` (RFC 5612's documentation enterprise number) with rule, server, tool,
 decision, call and trace ids, and a one-line MSG. TCP frames by octet counting (RFC 6587
-3.4.1), reconnecting after an error; UDP sends one datagram per message, clipped to
-`max_datagram`. A UDP loss is only seen when the kernel reports it (ICMP port unreachable
-on a later send); TCP losses are all counted. Delivery and counters are `AlertOutbox`'s.
+3.4.1), reconnecting after an error or when the receiver has closed the connection; UDP
+sends one datagram per message, clipped to `max_datagram`. A UDP loss is only seen when the
+kernel reports it (ICMP port unreachable on a later send); over TCP a refused, reset or
+closed connection is counted. Delivery and counters are `AlertOutbox`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
-from anyio.abc import ConnectedUDPSocket, SocketStream
+from anyio.abc import ConnectedUDPSocket, SocketAttribute, SocketStream
 
 from .outbox import Alert, AlertOutbox, DeliveryRetry
 
@@ -80,6 +81,20 @@ def format_rfc5424(
     return f"{header} {sd} {msg}".encode()
 
 
+def _peer_closed(stream: SocketStream) -> bool:
+    """True when the receiver closed or reset the connection. A syslog receiver never
+    writes, so a readable socket means EOF or an error; without this check a message written
+    after the daemon stopped would be accepted by the kernel and lost uncounted."""
+    raw = stream.extra(SocketAttribute.raw_socket)  # asyncio wraps it: peek through a dup
+    try:
+        with socket.fromfd(raw.fileno(), raw.family, raw.type) as sock:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
 def octet_counted(message: bytes) -> bytes:
     """RFC 6587 octet-counting frame: `MSG-LEN SP SYSLOG-MSG`."""
     return b"%d %s" % (len(message), message)
@@ -134,6 +149,8 @@ class SyslogSender(AlertOutbox):
             raise DeliveryRetry(f"{self.transport}://{self.host}:{self.port}: {exc!r}") from exc
 
     async def _send_tcp(self, messages: Sequence[bytes]) -> None:
+        if self._tcp is not None and _peer_closed(self._tcp):
+            await self._aclose()  # the daemon went away: write to a new connection, or fail
         if self._tcp is None:
             self._tcp = await anyio.connect_tcp(self.host, self.port)
         await self._tcp.send(b"".join(octet_counted(m) for m in messages))

@@ -115,11 +115,14 @@ RSYSLOG_TEMPLATE = (
 
 
 @contextmanager
-def run_rsyslog(tmp: Path) -> Iterator[tuple[Daemon, int]]:
-    """rsyslogd with imudp and imtcp on loopback, every message to `output` one per line.
-    Yields (daemon with its TCP port, UDP port)."""
+def run_rsyslog(
+    tmp: Path, ports: tuple[int, int] | None = None
+) -> Iterator[tuple[Daemon, int]]:
+    """rsyslogd with imudp and imtcp on loopback (`ports`: TCP, UDP; default free ones),
+    every message to `output` one per line. Yields (daemon with its TCP port, UDP port)."""
     binary = require_binary("rsyslogd")
-    tcp_port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
+    tcp_port, udp_port = ports or (free_port(), free_port(socket.SOCK_DGRAM))
+    tmp.mkdir(exist_ok=True)
     work = tmp / "rsyslog-work"
     work.mkdir()
     output = tmp / "syslog.out"

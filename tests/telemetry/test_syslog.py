@@ -127,3 +127,42 @@ async def test_a_stopped_rsyslog_counts_every_loss_and_never_slows_emit(
     assert stats["syslog_dropped"] >= 10
     assert "lost alerts (syslog:" in caplog.text
 
+
+
+@pytest.mark.anyio
+async def test_tcp_reconnects_to_a_restarted_rsyslog(tmp_path: Path) -> None:
+    """The daemon stops: its alerts are counted failures, not silently written into the dead
+    connection; once it is back, the next alert opens a new connection and arrives."""
+    with run_rsyslog(tmp_path / "first") as (first, udp_port):
+        ports = (first.port, udp_port)
+        cfg = TelemetryConfig(
+            exporter="off", syslog_address=f"tcp://127.0.0.1:{first.port}", syslog_timeout=1.0,
+            webhook_retries=0,
+        )
+        with anyio.fail_after(40):
+            async with open_telemetry(cfg) as tel:
+                tel.emit(denied_record("1"))
+                lines = await anyio.to_thread.run_sync(read_lines, first.output, 1)
+                assert 'call_id="1"' in lines[0]
+                first.stop()
+                # the sender sees the closed connection before writing into it, reconnects,
+                # is refused: each alert is a counted failure (no retries here), none vanishes
+                for i in (2, 3):
+                    tel.emit(denied_record(str(i)))
+                    await _until(lambda n=i: sum(_outcomes(tel)) == n)
+                assert _outcomes(tel) == (1, 2, 0)
+                with run_rsyslog(tmp_path / "second", ports) as (second, _):
+                    tel.emit(denied_record("4"))
+                    lines = await anyio.to_thread.run_sync(read_lines, second.output, 1)
+                    assert 'call_id="4"' in lines[0]
+    assert _outcomes(tel) == (2, 2, 0)
+
+
+def _outcomes(tel: object) -> tuple[int, int, int]:
+    stats = tel.stats()  # type: ignore[attr-defined]
+    return stats["syslog_sent"], stats["syslog_failed"], stats["syslog_dropped"]
+
+
+async def _until(done: object) -> None:
+    while not done():  # type: ignore[operator]  # noqa: ASYNC110 - a counter has no fd
+        await anyio.sleep(0.02)
