@@ -96,13 +96,15 @@ fi
 # run once before anyone tuned the guard for them. Their own venvs and prefix, so they never
 # change the servers above: .servers/hx-excel and hx-word (MCP SDK 2.x, fastmcp for the Word
 # server), .servers/hx-py1 (SDK 1.x: cli-mcp-server and mcp-server-duckdb use its server API),
-# .servers/hx-node for the npm ones.
+# .servers/hx-pptx (SDK 1.x FastMCP), .servers/hx-node for the npm ones.
 py_venv hx-excel excel_mcp excel-mcp-server==2.2.2
 py_venv hx-word word_document_server office-word-mcp-server==1.1.11
+py_venv hx-pptx ppt_mcp_server office-powerpoint-mcp-server==2.0.7 mcp==1.30.0  # SDK 1.x (FastMCP)
 # (cli_mcp_server reads its ALLOWED_DIR at import: its entry point is checked instead.)
 py_venv hx-py1 mcp_server_duckdb cli-mcp-server==0.2.5 mcp-server-duckdb==1.1.0 mcp==1.30.0
 [ -x .servers/hx-py1/bin/cli-mcp-server ] || die "cli-mcp-server installed without its entry point"
-HX_NPM_SERVERS=(mcp-server-commands@0.5.0 @cyanheads/git-mcp-server@2.15.3 mcp-server-code-runner@0.1.8)
+HX_NPM_SERVERS=(mcp-server-commands@0.5.0 @cyanheads/git-mcp-server@2.15.3 mcp-server-code-runner@0.1.8
+                @coo-quack/calc-mcp@2.1.1)
 if [ "$(cat .servers/hx-node/.pinned 2>/dev/null)" != "${HX_NPM_SERVERS[*]}" ]; then
   command -v npm >/dev/null || die "npm is missing (Node 20 + npm expected in /usr/bin)"
   log "installing ${HX_NPM_SERVERS[*]} into .servers/hx-node"
