@@ -35,11 +35,22 @@ def guard_prefixes() -> list[str]:
     return out
 
 
+def programs_named(command: list[str]) -> list[str]:
+    """The command's program and every argument naming an executable by absolute path (a
+    launcher's target: `sh -c '...' /venv/bin/python app.py`, `env X=1 /venv/bin/tool`)."""
+    named = [command[0]]
+    for arg in command[1:]:
+        if os.path.isabs(arg) and os.path.isfile(arg) and os.access(arg, os.X_OK):
+            named.append(arg)
+    return named
+
+
 def is_guard_python(command: list[str]) -> bool:
-    program = command[0]
-    if not os.path.isabs(program):
-        return False
-    return os.path.dirname(os.path.abspath(program)) == os.path.join(sys.prefix, "bin")
+    guard_bin = os.path.join(sys.prefix, "bin")
+    return any(
+        os.path.isabs(p) and os.path.dirname(os.path.abspath(p)) == guard_bin
+        for p in programs_named(command)
+    )
 
 
 def venv_of(path: str) -> tuple[str, str | None] | None:
@@ -81,14 +92,15 @@ def which(program: str, dirs: list[str]) -> str | None:
 
 def interpreter_roots(command: list[str], dirs: list[str]) -> list[str]:
     """Directories to mount read-only so the command's own Python environment works."""
-    program = command[0]
-    path = program if "/" in program else which(program, dirs)
-    if path is None:
-        return []
-    candidates = [path]
-    interp = shebang(os.path.realpath(path))
-    if interp is not None:
-        candidates.append(interp if "/" in interp else which(interp, dirs) or interp)
+    candidates: list[str] = []
+    for program in programs_named(command):
+        path = program if "/" in program else which(program, dirs)
+        if path is None:
+            continue
+        candidates.append(path)
+        interp = shebang(os.path.realpath(path))
+        if interp is not None:
+            candidates.append(interp if "/" in interp else which(interp, dirs) or interp)
     roots: list[str] = []
     for candidate in candidates:
         found = venv_of(candidate) if os.path.isabs(candidate) else None

@@ -165,3 +165,13 @@ def test_a_start_without_network_says_so_in_one_line() -> None:
     assert no_network_hint("Traceback ...\nKeyError: 'x'\n") is None
     plain = str(ServerExited("python s.py", 1, "Traceback ...\nKeyError: 'x'\n"))
     assert plain.endswith("last stderr line: \"KeyError: 'x'\"")
+
+
+def test_a_launcher_naming_a_venv_python_brings_it() -> None:
+    guard_python = f"{sys.prefix}/bin/python"
+    wrapped = ["sh", "-c", 'exec "$0" "$@"', guard_python, "server.py"]
+    config = SandboxConfig()
+    plan = plan_sandbox(wrapped, config, "w", "img", runtime=True)
+    assert sys.prefix in {b.source for b in plan.binds}  # the guard's own, named by path
+    plan = plan_sandbox(["sh", "-c", "true"], config, "w", "img", runtime=True)
+    assert sys.prefix not in {b.source for b in plan.binds}
