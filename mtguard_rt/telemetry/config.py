@@ -57,6 +57,9 @@ class TelemetryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     syslog_facility: str = "local0"  # kern, user, daemon, auth, authpriv, audit, local0..7
     syslog_app_name: str = "mtguard"
     syslog_timeout: float = 5.0  # one connect + send (s)
+    # journald's native socket, e.g. "/run/systemd/journal/socket"; uses syslog_app_name and
+    # syslog_facility as SYSLOG_IDENTIFIER and SYSLOG_FACILITY
+    journald_socket: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("export_timeout", "flush_timeout", "webhook_timeout",

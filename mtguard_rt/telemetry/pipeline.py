@@ -27,6 +27,7 @@ from .alertmanager import AlertmanagerSender
 from .alerts import AlertLogBuilder, alert_evidence, alert_kinds, alert_payload
 from .config import TelemetryConfig, parse_syslog_address
 from .exporters import create_exporters
+from .journald import JournaldSender
 from .outbox import AlertOutbox
 from .spans import SpanBuilder, new_trace_id, parse_traceparent, span_count
 from .syslog import SyslogSender
@@ -281,6 +282,12 @@ def create_alert_outputs(config: TelemetryConfig) -> list[AlertOutbox]:
         outputs.append(SyslogSender(
             host, port, transport=transport, facility=config.syslog_facility,
             app_name=config.syslog_app_name, timeout=config.syslog_timeout,
+            **shared,  # type: ignore[arg-type]
+        ))
+    if config.journald_socket:
+        outputs.append(JournaldSender(
+            config.journald_socket, identifier=config.syslog_app_name,
+            facility=config.syslog_facility, timeout=config.syslog_timeout,
             **shared,  # type: ignore[arg-type]
         ))
     return outputs

@@ -7,6 +7,7 @@ stopping is SIGTERM, then SIGKILL after a bound, so a test never leaves a daemon
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -158,3 +159,57 @@ def read_lines(path: Path, n: int, timeout: float = 10.0) -> list[str]:
             return lines
         time.sleep(0.05)
     raise TimeoutError(f"{path}: {len(lines)} of {n} lines after {timeout} s: {lines}")
+
+
+@contextmanager
+def run_journald(tmp: Path) -> Iterator[Daemon]:
+    """systemd-journald in a private mount namespace whose /run/systemd and /run/log (and
+    /var/log/journal, if the host has one) are directories in `tmp`: the host's journal is
+    untouched, and its socket is `tmp/run-systemd/journal/socket` from outside. `output` is
+    the directory journalctl reads (`-D`)."""
+    installed = ("/lib/systemd/systemd-journald", "/usr/lib/systemd/systemd-journald")
+    binary = next((p for p in installed if Path(p).exists()), None)
+    if binary is None:  # not on PATH: this skips, or fails under MTGUARD_REQUIRE_REAL
+        binary = require_binary("systemd-journald")
+    unshare = require_binary("unshare")
+    run_sd, run_log, var_log = tmp / "run-systemd", tmp / "run-log", tmp / "var-journal"
+    for d in (run_sd, run_log, var_log):
+        d.mkdir(parents=True)
+    script = (
+        "set -e; mount --make-rprivate /; "
+        f"mount --bind {run_sd} /run/systemd; mount --bind {run_log} /run/log; "
+        f"if [ -d /var/log/journal ]; then mount --bind {var_log} /var/log/journal; fi; "
+        f"exec {binary}"
+    )
+    log = tmp / "journald.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [unshare, "--mount", "sh", "-c", script], stdout=out, stderr=subprocess.STDOUT
+        )
+    socket_path = run_sd / "journal" / "socket"
+    try:
+        _wait_until(socket_path.exists, proc, "systemd-journald")
+        yield Daemon(proc, 0, tmp)
+    finally:
+        _stop(proc)
+
+
+def journal_entries(tmp: Path, match: str, n: int, timeout: float = 10.0) -> list[dict[str, str]]:
+    """The first `n` entries matching `match` (FIELD=value) in the journal `run_journald` keeps."""
+    journalctl = require_binary("journalctl")
+    deadline = time.monotonic() + timeout
+    entries: list[dict[str, str]] = []
+    while time.monotonic() < deadline:  # journald's files are the only signal we get
+        entries = []
+        for d in (tmp / "run-log" / "journal", tmp / "var-journal"):
+            if not any(d.glob("*/*.journal")):
+                continue
+            out = subprocess.run(
+                [journalctl, "-D", str(next(d.glob("*"))), "-o", "json", "--no-pager", match],
+                capture_output=True, timeout=10, check=False,
+            ).stdout.decode()
+            entries += [json.loads(line) for line in out.splitlines() if line.strip()]
+        if len(entries) >= n:
+            return entries
+        time.sleep(0.1)
+    raise TimeoutError(f"journal: {len(entries)} of {n} entries for {match} after {timeout} s")
