@@ -16,7 +16,9 @@ def register(sub: Any) -> None:
     build.set_defaults(func=build_handler)
     sandbox = sub.add_parser("sandbox", help="manage sandbox containers")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
-    prune = sandbox_sub.add_parser("prune", help="remove containers whose guard is gone")
+    prune = sandbox_sub.add_parser(
+        "prune", help="remove containers (and host mounts) whose guard is gone"
+    )
     prune.set_defaults(func=prune_handler)
 
 
@@ -34,11 +36,13 @@ def build_handler(args: argparse.Namespace) -> int:
 
 def prune_handler(args: argparse.Namespace) -> int:
     from ..sandbox import open_engine, prune_stale
+    from ..sandbox.mounts import prune_mounts
 
     async def run() -> list[str]:
         async with open_engine() as engine:
             return await prune_stale(engine, force=True)
 
     removed = trio.run(run)
-    print(f"removed {len(removed)} stale container(s)")
+    detached = prune_mounts()  # idmapped / overlay staging mounts of those guards
+    print(f"removed {len(removed)} stale container(s), {len(detached)} stale mount(s)")
     return 0
