@@ -12,13 +12,17 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from mtguard_rt.telemetry.alertmanager import ALERT_NAME
 
 from ..conftest import REQUIRE_REAL
 
@@ -85,6 +89,7 @@ class Daemon:
 def run_alertmanager(tmp: Path) -> Iterator[Daemon]:
     binary = require_binary("prometheus-alertmanager")
     port = free_port()
+    tmp.mkdir(exist_ok=True)
     (tmp / "am.yml").write_text(
         'route:\n  receiver: "null"\n  group_wait: 1s\nreceivers:\n  - name: "null"\n'
     )
@@ -107,6 +112,15 @@ def run_alertmanager(tmp: Path) -> Iterator[Daemon]:
         yield Daemon(proc, port, log)
     finally:
         _stop(proc)
+
+
+def get_alerts(port: int, **filters: str) -> list[dict[str, Any]]:
+    """Alertmanager's `GET /api/v2/alerts` (active, unresolved) for mtguard's alerts."""
+    matchers = {"alertname": ALERT_NAME, **filters}
+    query = urllib.parse.urlencode([("filter", f'{k}="{v}"') for k, v in matchers.items()])
+    url = f"http://127.0.0.1:{port}/api/v2/alerts?{query}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return list(json.load(response))
 
 
 RSYSLOG_TEMPLATE = (

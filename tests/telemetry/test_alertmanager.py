@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.parse
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from mtguard_rt.telemetry import TelemetryConfig, open_telemetry
 from mtguard_rt.telemetry.alertmanager import ALERT_NAME, AlertmanagerSender, alertmanager_alerts
 from mtguard_rt.telemetry.alerts import alert_evidence, alert_payload
 
-from .daemons import run_alertmanager
+from .daemons import get_alerts, run_alertmanager
 from .fixtures import allowed_record, denied_record
 
 EMIT_BUDGET_S = 0.02  # as test_resilience: one emit is µs of work, 20 ms for a noisy box
@@ -93,15 +91,6 @@ async def test_retries_a_5xx_then_delivers_and_gives_up_on_a_4xx_at_once() -> No
     assert (sender.sent, sender.failed, sender.dropped) == (1, 1, 0)
 
 
-def _get_alerts(port: int, **filters: str) -> list[dict[str, Any]]:
-    query = urllib.parse.urlencode(
-        [("filter", f'{k}="{v}"') for k, v in {"alertname": ALERT_NAME, **filters}.items()]
-    )
-    url = f"http://127.0.0.1:{port}/api/v2/alerts?{query}"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return list(json.load(response))
-
-
 @pytest.mark.anyio
 async def test_a_real_alertmanager_receives_the_deny_with_its_labels(tmp_path: Path) -> None:
     with run_alertmanager(tmp_path) as am:
@@ -114,7 +103,7 @@ async def test_a_real_alertmanager_receives_the_deny_with_its_labels(tmp_path: P
                 tel.emit(_now(allowed_record("8")))  # allowed: no alert
                 tel.emit(_now(denied_record("77")))
         assert tel.stats()["alertmanager_sent"] == 1
-        alerts = _get_alerts(am.port, tool="read_note")
+        alerts = get_alerts(am.port, tool="read_note")
     by_rule = {a["labels"]["rule"]: a for a in alerts}
     assert set(by_rule) == {"secret-file-read", "undeclared-egress"}
     got = by_rule["undeclared-egress"]
@@ -136,10 +125,10 @@ async def test_a_real_alertmanager_resolves_the_alert_at_its_end(tmp_path: Path)
             async with open_telemetry(cfg) as tel:
                 tel.emit(_now(denied_record("5")))
         assert tel.stats()["alertmanager_sent"] == 1
-        firing = _get_alerts(am.port, rule="secret-file-read")
+        firing = get_alerts(am.port, rule="secret-file-read")
         assert len(firing) == 1 and firing[0]["annotations"]["call_id"] == "5"
         await anyio.sleep(max(0.0, _ts(firing[0]["endsAt"]) - time.time()) + 0.5)  # past its end
-        assert _get_alerts(am.port, rule="secret-file-read") == []  # resolved: not listed
+        assert get_alerts(am.port, rule="secret-file-read") == []  # resolved: not listed
 
 
 @pytest.mark.anyio
