@@ -144,6 +144,7 @@ async def test_a_stopped_alertmanager_counts_every_loss_and_never_slows_emit(
     )
     slowest = 0.0
     caplog.set_level(logging.WARNING, logger="mtguard_rt.telemetry.pipeline")
+    t_open = time.perf_counter()
     with anyio.fail_after(15):
         async with open_telemetry(cfg) as tel:
             for i in range(20):
@@ -151,8 +152,10 @@ async def test_a_stopped_alertmanager_counts_every_loss_and_never_slows_emit(
                 tel.emit(_now(denied_record(str(i))))
                 slowest = max(slowest, time.perf_counter() - t0)
                 await anyio.lowlevel.checkpoint()
+    closed_after = time.perf_counter() - t_open
     stats = tel.stats()
     assert slowest < EMIT_BUDGET_S
+    assert closed_after < cfg.flush_timeout + 3  # the exit drain is bounded too
     assert stats["alertmanager_sent"] == 0
     assert stats["alertmanager_failed"] + stats["alertmanager_dropped"] == 20
     assert stats["alertmanager_dropped"] >= 10  # a 4-deep queue cannot hold 20
