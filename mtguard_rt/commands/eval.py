@@ -10,6 +10,10 @@ benign real-server suite instead: each registry server's session unguarded and t
 `mtguard proxy`, compared call by call; `DIR/report.md` and `DIR/report.json` list false
 positives (rule, evidence), broken calls and added latency, `DIR/run.json` the raw results
 (`--from` re-renders it); the exit code is 1 if any call was denied or broken.
+
+`mtguard eval --suite own [--cases ID,...] [--out DIR]` replays our own attack corpus of the
+classes the paper corpus lacks (mtguard_rt/eval/owncorpus), reported apart: per class and per
+source DR, FPR with its 95% upper bound, the rules behind each catch and every miss.
 """
 
 from __future__ import annotations
@@ -49,9 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--suite",
-        choices=("corpus", "real"),
+        choices=("corpus", "real", "own"),
         default="corpus",
-        help="corpus: the attack corpus (default); real: the benign real-server suite",
+        help="corpus: the attack corpus (default); real: the benign real-server suite; "
+        "own: our own attack corpus of unseen classes (reported apart)",
     )
     p.add_argument(
         "--server",
@@ -120,6 +125,10 @@ def handler(args: argparse.Namespace) -> int:
 
     if args.suite == "real":
         return _real_suite(args)
+    if args.suite == "own":
+        from ..eval.owncorpus.cli import run_own_suite
+
+        return run_own_suite(args)
     out = Path(args.out or "eval-out")
     if args.from_run:
         try:
