@@ -36,6 +36,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "load": ("load.py", []),  # the issue's sizes: 1,000 sequential, 8 servers x 100
     "rollback": ("rollback.py", ["--calls", "20", "--denials", "3"]),  # 10,000-file workspace
     "real_suite": ("real_suite.py", []),  # every shipped real-server session, both ways
+    "own_corpus": ("own_corpus.py", []),  # our own attack corpus (issue 15), observe mode
 }
 TAIL_LINES = 4  # shown in the summary for scripts that print no SUMMARY line
 
