@@ -129,6 +129,10 @@ class Agent:
             "events_unrouted": self.events_unrouted,
             "drops": self.program.drops(),
             "lost_by_connection": sum(c.lost for c in self.connections),
+            "peers": [
+                {"pid": c.pid, "uid": c.uid, "cgroups": sorted(c.cgroups), "events": c.events}
+                for c in sorted(self.connections, key=lambda c: c.pid)
+            ],
         }
 
     def _owned(self, conn: Connection, cgroup_id: int) -> None:

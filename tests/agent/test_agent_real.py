@@ -1,0 +1,267 @@
+"""One `mtguard agent` serving real proxies (root, eBPF, Docker): one loaded program for
+all, each call's tree holds only its own sandbox's events, a SIGKILLed proxy leaves the
+others served, strangers are refused, and with the agent stopped a proxy falls back."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mtguard_rt.agent.client import AgentUnavailable, connect_agent
+from mtguard_rt.agent.protocol import TAG_REQUEST, Request, encode
+from mtguard_rt.eval.mcp_client import open_stdio_client
+
+REPO = Path(__file__).resolve().parents[2]
+SERVERS = REPO / "examples" / "servers"
+MTGUARD = str(Path(sys.executable).parent / "mtguard")
+AGENT_START_S = 240  # one bcc compile on a loaded 2-core host (10-15 s quiet)
+
+pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.docker]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "trio"  # the proxies are subprocesses: one backend is enough (CPU is scarce)
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    sock = tmp_path_factory.mktemp("agent") / "run" / "agent.sock"
+    proc = subprocess.Popen(
+        [MTGUARD, "agent", "run", "--socket", str(sock)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], AGENT_START_S)
+        line = proc.stdout.readline() if ready else ""
+        assert "serving at" in line, (line, proc.poll())
+        yield proc, sock
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def bpf_prog_fds(pid: int) -> int:
+    """How many BPF programs a process holds open (its fdinfo says prog_type)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            if "prog_type:" in Path(f"/proc/{pid}/fdinfo/{fd}").read_text():
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def status(sock: Path) -> dict[str, Any]:
+    program = connect_agent(sock)
+    try:
+        return program.status()
+    finally:
+        program.close()
+
+
+def proxy_cmd(audit: Path, task: str) -> list[str]:
+    return [
+        MTGUARD, "proxy", "--audit-log", str(audit), "--mount", str(SERVERS), "--task", task,
+        "--", sys.executable, str(SERVERS / "terminal.py"),
+    ]  # fmt: skip
+
+
+def argvs(audit: Path) -> list[list[str]]:
+    """Every process argv of every call tree in an audit log, one list per record."""
+    out = []
+    for line in audit.read_text().splitlines():
+        tree = json.loads(line).get("tree") or {}
+        out.append([" ".join(p.get("argv", [])) for p in tree.get("processes", [])])
+    return out
+
+
+async def wait_for(pred: Any, bound_s: float) -> None:
+    with anyio.fail_after(bound_s):
+        while not pred():  # noqa: ASYNC110 - another process's state: nothing to wait on
+            await anyio.sleep(0.1)
+
+
+@pytest.mark.anyio
+async def test_two_proxies_share_one_program_and_see_only_their_own(
+    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    proc, sock = agent
+    env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
+    prog_fds = bpf_prog_fds(proc.pid)
+    assert prog_fds > 0
+    audit_a, audit_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    task = "print this host's name and its kernel's name"
+    with (tmp_path / "a.err").open("w") as err_a, (tmp_path / "b.err").open("w") as err_b:
+
+        async def host_a(*, task_status: Any) -> None:
+            try:
+                async with open_stdio_client(
+                    proxy_cmd(audit_a, task), env=env, request_timeout=90, errlog=err_a
+                ) as a:
+                    task_status.started(a)
+                    await anyio.sleep_forever()
+            except* Exception:  # only after its proxy is SIGKILLed below: EOF, lost listener
+                pass
+
+        async with anyio.create_task_group() as tg:
+            a = await tg.start(host_a)
+            (pid_a,) = [p["pid"] for p in status(sock)["peers"] if p["cgroups"]]
+            async with open_stdio_client(
+                proxy_cmd(audit_b, task), env=env, request_timeout=90, errlog=err_b
+            ) as b:
+                await _both(sock, proc.pid, prog_fds, pid_a, a, b, audit_a, audit_b)
+            tg.cancel_scope.cancel()
+    assert "monitor: agent" in (tmp_path / "b.err").read_text()
+    assert proc.poll() is None and bpf_prog_fds(proc.pid) == prog_fds
+
+
+async def _both(
+    sock: Path, agent_pid: int, prog_fds: int, pid_a: int, a: Any, b: Any,
+    audit_a: Path, audit_b: Path,
+) -> None:  # fmt: skip
+    st = status(sock)
+    peers = [p for p in st["peers"] if p["cgroups"]]
+    assert len(peers) == 2 and st["watched_cgroups"] == 2
+    for peer in peers:  # the proxies load nothing: the agent's program serves both
+        assert bpf_prog_fds(peer["pid"]) == 0
+    assert bpf_prog_fds(agent_pid) == prog_fds
+    results: dict[str, Any] = {}
+
+    async def run(name: str, client: Any, command: str) -> None:
+        results[name] = await client.call_tool("run_command", {"command": command})
+
+    async with anyio.create_task_group() as tg:  # both windows open at once
+        tg.start_soon(run, "a", a, "sleep 0.5; cat /etc/hostname")
+        tg.start_soon(run, "b", b, "sleep 0.5; uname -s")
+    assert "Linux" in results["b"]["content"][0]["text"]
+    trees_a, trees_b = argvs(audit_a)[-1], argvs(audit_b)[-1]
+    assert any("cat /etc/hostname" in x for x in trees_a), trees_a
+    assert any(x.startswith("uname") for x in trees_b), trees_b
+    assert not any("uname" in x for x in trees_a), trees_a
+    assert not any("hostname" in x for x in trees_b), trees_b
+
+    # SIGKILL proxy A mid-call: the agent gives its cgroup back, B is served on
+    async with anyio.create_task_group() as tg:
+
+        async def doomed() -> None:
+            try:
+                await a.call_tool("run_command", {"command": "sleep 20"})
+            except Exception:
+                pass  # its proxy is gone: the host sees an error or EOF
+
+        tg.start_soon(doomed)
+        await anyio.sleep(1.0)
+        os.kill(pid_a, signal.SIGKILL)
+        await wait_for(lambda: all(p["pid"] != pid_a for p in status(sock)["peers"]), 30)
+        tg.cancel_scope.cancel()
+    st = status(sock)
+    assert st["watched_cgroups"] == 1, st
+    out = await b.call_tool("run_command", {"command": "uname -r"})
+    assert os.uname().release in out["content"][0]["text"]
+    assert any(x.startswith("uname -r") for x in argvs(audit_b)[-1])
+
+
+def as_nobody(sock: Path) -> str:
+    """Connect as uid 65534 (a forked child that drops root) and say hello: `denied` (the
+    socket's mode), `closed` (the agent hung up) or `served`."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        said = b"error"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            try:
+                s.connect(str(sock))
+            except PermissionError:
+                said = b"denied"
+            else:
+                try:
+                    s.sendall(encode(TAG_REQUEST, Request(op="hello")))
+                    said = b"served" if s.recv(100) else b"closed"
+                except (ConnectionResetError, BrokenPipeError):
+                    said = b"closed"
+        finally:
+            os.write(w, said)
+            os._exit(0)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb") as f:
+            return f.read().decode()
+    finally:
+        os.waitpid(pid, 0)
+
+
+def test_a_stranger_is_refused(agent: tuple[subprocess.Popen[str], Path]) -> None:
+    """uid 65534 is neither root nor the agent's uid: the socket's mode stops it, and with
+    the mode opened up, the peer-credential check still does."""
+    _proc, sock = agent
+    assert sock.stat().st_mode & 0o777 == 0o600 and sock.parent.stat().st_mode & 0o777 == 0o700
+    assert as_nobody(sock) == "denied"
+    modes = {d: stat.S_IMODE(d.stat().st_mode) for d in sock.parents}
+    dirs = [d for d, mode in modes.items() if not mode & 0o001]  # closed to others
+    try:
+        for d in dirs:
+            os.chmod(d, modes[d] | 0o011)
+        os.chmod(sock, 0o666)
+        assert as_nobody(sock) == "closed"
+    finally:
+        os.chmod(sock, 0o600)
+        for d in dirs:
+            os.chmod(d, modes[d])
+    assert status(sock)["pid"] == _proc.pid  # root is still served
+
+
+@pytest.mark.anyio
+async def test_with_the_agent_stopped_a_proxy_falls_back_and_says_so(
+    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    proc, sock = agent  # the module's last test: the agent goes
+    out = await anyio.run_process([MTGUARD, "agent", "stop", "--socket", str(sock)])
+    assert "stopping" in out.stdout.decode()
+    with anyio.fail_after(60):
+        while proc.poll() is None:  # noqa: ASYNC110 - a child's exit, polled
+            await anyio.sleep(0.1)
+    assert not sock.exists()
+    with pytest.raises(AgentUnavailable):
+        connect_agent(sock)
+    env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
+    audit = tmp_path / "audit.jsonl"
+    with (tmp_path / "err").open("w") as err:
+        async with open_stdio_client(
+            proxy_cmd(audit, "print the kernel's name"), env=env, request_timeout=180,
+            errlog=err,
+        ) as client:  # fmt: skip
+            result = await client.call_tool("run_command", {"command": "uname -s"})
+    assert "Linux" in result["content"][0]["text"]
+    assert any(x.startswith("uname -s") for x in argvs(audit)[-1])  # traced in-process
+    said = (tmp_path / "err").read_text()
+    assert f"monitor: in-process (no agent at {sock})" in said, said
