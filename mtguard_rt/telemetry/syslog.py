@@ -6,8 +6,9 @@ for a deny, warning otherwise), APP-NAME `mtguard`, MSGID the alert kind, one SD
 decision, call and trace ids, and a one-line MSG. TCP frames by octet counting (RFC 6587
 3.4.1), reconnecting after an error or when the receiver has closed the connection; UDP
 sends one datagram per message, clipped to `max_datagram`. A UDP loss is only seen when the
-kernel reports it (ICMP port unreachable on a later send); over TCP a refused, reset or
-closed connection is counted. Delivery and counters are `AlertOutbox`'s.
+kernel reports it (ICMP port unreachable): at once on loopback, else one datagram late, so
+to a remote receiver the first datagram after it went away is lost uncounted. Over TCP a
+refused, reset or closed connection is counted. Delivery and counters are `AlertOutbox`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
-from anyio.abc import ConnectedUDPSocket, SocketAttribute, SocketStream
+import anyio.lowlevel
+from anyio.abc import SocketAttribute, SocketStream
 
 from .outbox import Alert, AlertOutbox, DeliveryRetry
 
@@ -95,6 +97,13 @@ def _peer_closed(stream: SocketStream) -> bool:
         return True
 
 
+def _raise_pending(sock: socket.socket) -> None:
+    """Raise the socket's pending error (an ICMP port unreachable for a sent datagram)."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+
+
 def octet_counted(message: bytes) -> bytes:
     """RFC 6587 octet-counting frame: `MSG-LEN SP SYSLOG-MSG`."""
     return b"%d %s" % (len(message), message)
@@ -129,7 +138,7 @@ class SyslogSender(AlertOutbox):
         self._timeout = timeout
         self._max_datagram = max_datagram
         self._tcp: SocketStream | None = None
-        self._udp: ConnectedUDPSocket | None = None
+        self._udp: socket.socket | None = None
 
     def format(self, payload: Mapping[str, Any]) -> bytes:
         return format_rfc5424(
@@ -156,14 +165,31 @@ class SyslogSender(AlertOutbox):
         await self._tcp.send(b"".join(octet_counted(m) for m in messages))
 
     async def _send_udp(self, messages: Sequence[bytes]) -> None:
+        """A plain non-blocking connected socket, not an event-loop transport: the kernel's
+        pending ICMP error (nobody listens) then surfaces on our next `send` as
+        ConnectionRefusedError, which a loop's datagram transport would swallow."""
         if self._udp is None:
-            self._udp = await anyio.create_connected_udp_socket(self.host, self.port)
+            family, kind, proto, _, addr = (
+                await anyio.getaddrinfo(self.host, self.port, type=socket.SOCK_DGRAM)
+            )[0]
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.connect(addr)  # UDP: no traffic, only the peer address
+            except BaseException:
+                sock.close()
+                raise
+            self._udp = sock
         for message in messages:
-            await self._udp.send(message[: self._max_datagram])
+            _raise_pending(self._udp)  # the previous datagram was refused: receiver gone
+            self._udp.send(message[: self._max_datagram])  # BlockingIOError: retried
+            await anyio.lowlevel.checkpoint()
+        _raise_pending(self._udp)  # on loopback the refusal is back before send returns
 
     async def _aclose(self) -> None:
-        for conn in (self._tcp, self._udp):
-            if conn is not None:
-                with anyio.move_on_after(1.0, shield=True):
-                    await conn.aclose()
-        self._tcp = self._udp = None
+        if self._tcp is not None:
+            with anyio.move_on_after(1.0, shield=True):
+                await self._tcp.aclose()
+        if self._udp is not None:
+            self._udp.close()
+        self._tcp, self._udp = None, None

@@ -101,14 +101,17 @@ async def test_a_real_rsyslog_receives_and_parses_the_alerts(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
 async def test_a_stopped_rsyslog_counts_every_loss_and_never_slows_emit(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, transport: str
 ) -> None:
-    with run_rsyslog(tmp_path) as (rsyslog, _):
-        port = rsyslog.port
+    """TCP: connect refused. UDP on loopback: the kernel's port unreachable, read back from
+    the socket after each send, so no datagram to the dead daemon counts as sent."""
+    with run_rsyslog(tmp_path) as (rsyslog, udp_port):
+        port = rsyslog.port if transport == "tcp" else udp_port
         rsyslog.stop()
     cfg = TelemetryConfig(
-        exporter="off", syslog_address=f"tcp://127.0.0.1:{port}", syslog_timeout=0.5,
+        exporter="off", syslog_address=f"{transport}://127.0.0.1:{port}", syslog_timeout=0.5,
         webhook_retries=1, webhook_backoff=0.05, webhook_queue_size=4, flush_timeout=1.0,
     )
     caplog.set_level(logging.WARNING, logger="mtguard_rt.telemetry.pipeline")
