@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -160,3 +162,24 @@ async def test_a_stopped_alertmanager_counts_every_loss_and_never_slows_emit(
     assert stats["alertmanager_failed"] + stats["alertmanager_dropped"] == 20
     assert stats["alertmanager_dropped"] >= 10  # a 4-deep queue cannot hold 20
     assert "lost alerts (alertmanager:" in caplog.text
+
+
+def test_lost_alerts_are_reported_on_stderr_at_exit_without_logging_setup() -> None:
+    """The guard configures no logging: Python's last-resort handler must still show it."""
+    program = (
+        "import anyio\n"
+        "from mtguard_rt.telemetry import TelemetryConfig, open_telemetry\n"
+        "from tests.telemetry.fixtures import denied_record\n"
+        "async def main():\n"
+        "    cfg = TelemetryConfig(exporter='off', alertmanager_url='http://127.0.0.1:9',\n"
+        "                          webhook_retries=0, alertmanager_timeout=0.5)\n"
+        "    async with open_telemetry(cfg) as tel:\n"
+        "        tel.emit(denied_record())\n"
+        "anyio.run(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=30,
+        cwd=Path(__file__).resolve().parents[2], check=True,
+    )
+    assert done.stdout == ""  # stdout may be the MCP stdio channel
+    assert "mtguard telemetry lost alerts (alertmanager: 1 failed, 0 dropped)" in done.stderr
