@@ -117,6 +117,27 @@ async def test_a_real_alertmanager_receives_the_deny_with_its_labels(tmp_path: P
 
 
 @pytest.mark.anyio
+async def test_a_rule_that_keeps_denying_is_one_alert_in_alertmanager(tmp_path: Path) -> None:
+    """The call id is an annotation, not a label: a repeat refreshes the firing alert."""
+    with run_alertmanager(tmp_path) as am:
+        cfg = TelemetryConfig(exporter="off", alertmanager_url=f"http://127.0.0.1:{am.port}")
+        with anyio.fail_after(15):
+            async with open_telemetry(cfg) as tel:
+                first = _now(denied_record("1"))
+                tel.emit(first)
+                while tel.stats()["alertmanager_sent"] < 1:  # noqa: ASYNC110 - a counter
+                    await anyio.sleep(0.02)
+                again = _now(denied_record("2"))
+                tel.emit(again)
+        assert tel.stats()["alertmanager_sent"] == 2
+        alerts = get_alerts(am.port, tool="read_note")
+    assert len(alerts) == 2  # one per rule, not one per call
+    assert {a["annotations"]["call_id"] for a in alerts} == {"2"}  # the latest call
+    assert all(_ts(a["startsAt"]) == pytest.approx(first.ts, abs=0.01) for a in alerts)
+    assert all(_ts(a["endsAt"]) == pytest.approx(again.ts + 300, abs=0.01) for a in alerts)
+
+
+@pytest.mark.anyio
 async def test_a_real_alertmanager_resolves_the_alert_at_its_end(tmp_path: Path) -> None:
     with run_alertmanager(tmp_path) as am:
         cfg = TelemetryConfig(
