@@ -1,5 +1,5 @@
-"""Telemetry: behavior trees as OpenTelemetry traces, alerts (OTel logs + webhook), the
-JSON Lines audit log, and its viewers (terminal tree, self-contained HTML report)."""
+"""Telemetry: behavior trees as OpenTelemetry traces, alerts (OTel logs, webhook, Alertmanager,
+syslog, journald), the JSON Lines audit log, and its viewers (terminal tree, HTML report)."""
 
 from .auditlog import AuditLog, read_audit_log
 from .config import TelemetryConfig
