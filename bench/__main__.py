@@ -29,6 +29,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "monitor_throughput": ("monitor_throughput.py", ["--sizes", "50000,200000"]),
     "online_kill": ("online_kill.py", ["--calls", "50", "--heavy-calls", "10", "--files", "1000"]),
     "sandbox_startup": ("sandbox_startup.py", ["--starts", "5", "--calls", "300"]),
+    "agent_startup": ("agent_startup.py", ["--starts", "3"]),  # proxy start, agent vs own BPF
     "bpf_tax": ("bpf_tax.py", ["--rounds", "3", "--calls", "150"]),
     "stdio_integrity": ("stdio_integrity.py", ["--pairs", "100000", "--calls", "200"]),
     "guard_overhead": ("guard_overhead.py", ["--calls", "200", "--proxy-calls", "100"]),

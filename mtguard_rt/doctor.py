@@ -130,7 +130,19 @@ def run_checks() -> list[Check]:
                 required=False,
             )
         )
+    checks.append(_agent())
     return checks
+
+
+def _agent() -> Check:
+    """Which monitor a guard started now would use: the host's agent, or its own."""
+    from .agent.client import open_agent_program
+
+    remote, mode = open_agent_program()
+    if remote is not None:
+        remote.close()
+    fix = "optional: `mtguard agent run` shares one BPF program among all guards"
+    return Check("monitor mode", remote is not None, mode, fix, required=False)
 
 
 def render(checks: list[Check], color: bool) -> str:

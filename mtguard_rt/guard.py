@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -108,6 +107,8 @@ class Guard:
         self.engine = engine
         self.pins = pins
         self.monitor = monitor
+        # which monitor (the host's agent, or this process's own), for the log line
+        self.monitor_mode = "monitor: off" if monitor is None else "monitor: in-process"
         self.telemetry = telemetry
         self.audit_log = audit_log
         self.dispatch_hook = dispatch_hook
@@ -310,10 +311,8 @@ async def open_guard(
             from .agent.client import open_agent_program
             from .monitor import MonitorConfig, open_monitor
 
-            remote, mode, loud = open_agent_program()  # the host's agent, else our own
+            remote, mode = open_agent_program()  # the host's agent, else our own
             _log.info("%s", mode)
-            if loud:
-                print(f"mtguard: {mode}", file=sys.stderr, flush=True)
             if remote is not None:
                 stack.callback(remote.close)
             mon = await stack.enter_async_context(
@@ -342,9 +341,12 @@ async def open_guard(
         if judge is not None:
             stack.push_async_callback(judge.aclose)
         config = msgspec.structs.replace(config, observe=observe)
-        yield Guard(
+        guard = Guard(
             config, engine, ToolPins(policy.pinning_action), mon, telemetry, audit_log, hook
         )
+        if mon is not None:
+            guard.monitor_mode = mode
+        yield guard
 
 
 def _load_hook(spec: str | None) -> DispatchHook | None:

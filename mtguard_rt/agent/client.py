@@ -165,20 +165,18 @@ def connect_agent(path: Path) -> RemoteProgram:
         raise AgentUnavailable(f"the agent at {path} does not answer: {exc}") from exc
 
 
-def open_agent_program() -> tuple[RemoteProgram | None, str, bool]:
-    """The agent's program if one answers, the mode line for the log and `doctor`, and
-    whether that line is worth printing (an agent in use, or one asked for and absent)."""
+def open_agent_program() -> tuple[RemoteProgram | None, str]:
+    """The agent's program if one answers, and the mode line for the log and `doctor`."""
     from .protocol import agent_socket_path
 
     path = agent_socket_path()
     if not agent_wanted():
-        return None, "monitor: in-process (MTGUARD_AGENT=off)", False
+        return None, "monitor: in-process (MTGUARD_AGENT=off)"
     try:
         program = connect_agent(path)
     except AgentUnavailable as exc:
-        loud = "MTGUARD_AGENT_SOCKET" in os.environ or path.exists()
-        return None, f"monitor: in-process ({exc})", loud
-    return program, f"monitor: agent (pid {program.agent_pid}) at {path}", True
+        return None, f"monitor: in-process ({exc})"
+    return program, f"monitor: agent (pid {program.agent_pid}) at {path}"
 
 
 def agent_wanted() -> bool:

@@ -582,7 +582,8 @@ async def serve_http(
             tg.start_soon(_stop_on_signal, tg.cancel_scope)
             what = redact(upstream_url) if upstream_url else " ".join(command)
             _log(
-                f"guarding {what!r} {server.upstream.describe()}, serving MCP at "
+                f"guarding {what!r} {server.upstream.describe()} ({guard.monitor_mode}), "
+                f"serving MCP at "
                 f"http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp"
             )
             async with listener:

@@ -181,7 +181,8 @@ async def serve_stdio(
                 what = redact(upstream_url) if upstream_url else " ".join(command)
                 _log(
                     f"guarding {what!r} {server.upstream.describe()} "
-                    f"({'observe' if guard.observe else 'enforce'} mode, audit log "
+                    f"({'observe' if guard.observe else 'enforce'} mode, {guard.monitor_mode}, "
+                    f"audit log "
                     f"{config.audit_log or 'off'})"
                 )
                 async with anyio.create_task_group() as tg:

@@ -240,6 +240,23 @@ def test_a_stranger_is_refused(agent: tuple[subprocess.Popen[str], Path]) -> Non
     assert status(sock)["pid"] == _proc.pid  # root is still served
 
 
+def test_doctor_says_which_monitor(
+    agent: tuple[subprocess.Popen[str], Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mtguard_rt.doctor import _agent
+
+    proc, sock = agent
+    monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
+    check = _agent()
+    assert check.ok and check.detail == f"monitor: agent (pid {proc.pid}) at {sock}"
+    monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(tmp_path / "none.sock"))
+    check = _agent()
+    assert not check.ok and not check.required and "in-process (no agent at" in check.detail
+    monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
+    monkeypatch.setenv("MTGUARD_AGENT", "off")
+    assert _agent().detail == "monitor: in-process (MTGUARD_AGENT=off)"
+
+
 @pytest.mark.anyio
 async def test_with_the_agent_stopped_a_proxy_falls_back_and_says_so(
     agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
