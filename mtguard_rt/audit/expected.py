@@ -29,6 +29,7 @@ widen.
 
 from __future__ import annotations
 
+import fnmatch
 import os.path
 import re
 import shlex
@@ -300,12 +301,29 @@ class Expected:
         for tok in _TOKEN.findall(text):
             path = self._expand(tok)
             if path is None:
+                if any(c in tok for c in "*?[") and self._secret_glob(tok):
+                    out.append(f"{who}: searches for secret files ({tok})")
+                    break
                 continue
-            why = self._file_effect(path, False, True, named_only=True)
+            # the path, or a directory of secrets (`tar ~/.aws`, `ls ~/.ssh`)
+            why = self._file_effect(path, False, True, named_only=True) or (
+                self._file_effect(path + "/_", False, True, named_only=True)
+                if path != "/" and not names_path(self.ctx.arg_texts, path) else None
+            )
             if why:
                 out.append(f"{who}: names {path} ({why})")
                 break
         return out
+
+    def _secret_glob(self, pattern: str) -> bool:
+        """A name pattern (`find -name 'id_*'`) that matches a secret's file name: a canary's
+        or the literal last component of a sensitive path glob."""
+        if len(re.sub(r"[^A-Za-z0-9]", "", pattern)) < 2:
+            return False  # `*`, `.*`: any file, no secret in particular
+        names = {os.path.basename(c) for c in self.ctx.canaries}
+        names.update(n for g in self.policy.sensitive.globs
+                     if not any(c in (n := g.rsplit("/", 1)[-1]) for c in "*?["))
+        return any(fnmatch.fnmatchcase(n, pattern) for n in names if n)
 
     def _expand(self, tok: str) -> str | None:
         if tok.startswith(("~/", "$HOME/", "${HOME}/")) and self.home:

@@ -200,3 +200,16 @@ def test_a_learnt_profile_explains_the_programs_it_lists(tmp_path: Any) -> None:
     assert exp.exec_why("/usr/bin/dash", ["sh", "-c", "node render.js"]) is None
     other = Expected.of(ctx_for("other_tool", {}), policy)  # a profile is per tool
     assert other.exec_why("/usr/bin/node", ["node", "render.js"]) is None
+
+
+def test_command_lines_naming_secret_directories_or_secret_name_patterns() -> None:
+    exp = Expected.of(ctx_for("get_weather", {"city": "Paris"}), POLICY)
+    tree = server_tree(exp.ctx.call)
+    p = child(tree, 95, ["sh"])
+    tar = ["sh", "-c", "tar czf /tmp/.k.tgz ~/.aws ~/.config"]
+    assert "names /home/mtguard/.aws" in exp.command_effects(p, "/usr/bin/dash", tar)[0]
+    find = ["sh", "-c", "find / -xdev \\( -name 'id_*' -o -name '*.pem' \\)"]
+    assert "searches for secret files (id_*)" in exp.command_effects(p, "/usr/bin/dash", find)[0]
+    for benign in (["sh", "-c", "find . -name '*.py' | wc -l"], ["ls", "-d", ".*"],
+                   ["sh", "-c", "tar czf /tmp/site.tgz /workspace/site"]):
+        assert exp.command_effects(p, "/usr/bin/dash", benign) == [], benign
