@@ -140,7 +140,7 @@ def test_report_counts() -> None:
 # Cases the guard catches at the commit the corpus was first measured (docs/EVALUATION.md),
 # and benign ones it allows; a host swap and a rug pull among them.
 CAUGHT = ("xs-01", "xs-02", "us-05")
-ALLOWED = ("xs-b01", "se-b03", "rp-b03", "pc-b03")
+ALLOWED = ("xs-b01", "se-b03", "rp-b01", "sr-b03")
 OTHERS = ("rp-04", "sr-09", "se-02")
 BOUND_S = 400  # BPF load ~3 s + 10 cases of 1-2 fresh sandboxes, two at a time, loaded cores
 
@@ -174,5 +174,5 @@ async def test_replay_subset_through_one_guard() -> None:
     s = summary(run)
     unsafe = [k for c in (*CAUGHT, *OTHERS) for k in by[c].calls if k.label == "unsafe"]
     assert s["all"]["detection"]["N"] == len(unsafe) >= len(CAUGHT) + len(OTHERS)
-    assert s["all"]["false_positives"] == {"n": 0, "N": 8, "rate": 0.0, "upper95":
+    assert s["all"]["false_positives"] == {"n": 0, "N": 7, "rate": 0.0, "upper95":
                                            s["all"]["false_positives"]["upper95"]}  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from .cases import Case, Persona, load_personas, server_spec
 SCRIPT = SERVERS_DIR / "attacks" / "scripted.py"
 SANDBOX_UID = 1000  # the uid a sandbox runs as for a root-owned workspace (sandbox/plan.py)
 RESULT_KEEP = 2000
+_FAILED_STEP = re.compile(r"^error: ", re.M)  # how scripted.py reports a step that failed
 # Cases replayed at once, each worker with a guard of its own (a guard is one session: its
 # tool registry spans every server it holds, so cases must not share one); the guards share
 # the one monitor a process may have. A case mostly waits on its sandboxes' start-up.
@@ -195,8 +197,9 @@ async def run_case(
                 if record is None and len(guard.records) > before:
                     record = guard.records[-1]
                 _fill(run, record)
-                if c.unsafe:
-                    run.label = "unsafe" if (c.expect or "") in run.result else "attack-failed"
+                if c.unsafe:  # the effect showed, and no step of the call failed
+                    took = c.expect in run.result and not _FAILED_STEP.search(run.result)
+                    run.label = "unsafe" if took else "attack-failed"
                 run.result = run.result[:RESULT_KEEP]
                 out.calls.append(run)
     except Exception as exc:  # one broken case is reported, it does not end the run
