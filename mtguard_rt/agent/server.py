@@ -10,6 +10,7 @@ of unsent bytes is bounded: past it, events are counted lost (reported as drops)
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
@@ -41,6 +42,7 @@ CONSUME_BATCH = 2048  # records per event-loop turn, as in the in-process monito
 MAX_BACKLOG = 64 << 20  # unsent bytes per connection (~200k events); more are counted lost
 SEND_CHUNK = 1 << 20
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_log = logging.getLogger(__name__)
 
 
 class Connection:
@@ -211,8 +213,10 @@ class Agent:
                     tg.start_soon(conn.write)
                     await self._requests(conn)
                     tg.cancel_scope.cancel()
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            except* (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the guard went away (a SIGKILL): its cgroups are given back below
+            except* Exception as group:  # one connection's failure never ends the agent
+                _log.warning("connection of pid %d dropped: %r", pid, group.exceptions)
             finally:
                 self.connections.discard(conn)
                 for cg in list(conn.cgroups):
@@ -226,7 +230,11 @@ class Agent:
             except anyio.EndOfStream:
                 return
             buf.feed(data)
-            for tag, payload in buf.frames():
+            try:
+                frames = buf.frames()
+            except ValueError:
+                return  # not our protocol: hang up
+            for tag, payload in frames:
                 if tag != TAG_REQUEST:
                     return
                 try:

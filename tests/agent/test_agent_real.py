@@ -39,10 +39,11 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     sock = tmp_path_factory.mktemp("agent") / "run" / "agent.sock"
+    errlog = (sock.parent.parent / "agent.err").open("w")  # kept for a failure's story
     proc = subprocess.Popen(
         [MTGUARD, "agent", "run", "--socket", str(sock)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errlog,
         text=True,
     )
     try:
@@ -59,9 +60,9 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        errlog.close()
 
 
 def bpf_prog_fds(pid: int) -> int:
@@ -238,6 +239,24 @@ def test_a_stranger_is_refused(agent: tuple[subprocess.Popen[str], Path]) -> Non
         for d in dirs:
             os.chmod(d, modes[d])
     assert status(sock)["pid"] == _proc.pid  # root is still served
+
+
+def test_a_peer_that_misbehaves_or_vanishes_mid_write_leaves_the_agent_serving(
+    agent: tuple[subprocess.Popen[str], Path],
+) -> None:
+    proc, sock = agent
+    for junk in (b"\xff\xff\xff\xffQ", b"\x00\x00\x00\x02Zz"):  # a bad length, a bad tag
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(sock))
+            s.sendall(junk)
+            assert s.recv(100) == b""  # hung up on
+    # replies the peer never reads fill the socket; the peer goes while the agent writes
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(sock))
+        s.sendall(encode(TAG_REQUEST, Request(op="status")) * 20000)
+    assert status(sock)["pid"] == proc.pid and proc.poll() is None
 
 
 def test_doctor_says_which_monitor(
