@@ -85,15 +85,19 @@ class RemoteProgram:
             raise MonitorLost(f"the agent at {self.path} is gone: {exc}") from exc
         deadline = time.monotonic() + RPC_TIMEOUT_S
         while True:
+            reply = None
             for tag, payload in self._frames.frames():
-                if tag == TAG_EVENT:
+                if tag == TAG_EVENT:  # before the reply, or after it: all delivered now
                     self._pending.append(payload)
-                elif tag == TAG_REPLY:
+                elif tag == TAG_REPLY and reply is None:  # one request in flight: one reply
                     reply = reply_decoder.decode(payload)
-                    self._deliver()
-                    if not reply.ok:
-                        raise MonitorLost(f"the agent refused {req.op}: {reply.error}")
-                    return reply.value
+                else:
+                    raise MonitorLost(f"the agent sent an unexpected frame {tag!r}")
+            if reply is not None:
+                self._deliver()
+                if not reply.ok:
+                    raise MonitorLost(f"the agent refused {req.op}: {reply.error}")
+                return reply.value
             left = deadline - time.monotonic()
             if left <= 0:
                 raise MonitorLost(f"the agent did not answer {req.op} in {RPC_TIMEOUT_S:g} s")
