@@ -13,7 +13,8 @@ count on any cue. Arguments: a sentence with an override cue ("set `interval` to
 regardless of ...") in text about this tool demands an argument word the task never says (a
 value the sentence quotes, spells as an identifier or number, or capitalises; any word when
 it names the argument; never a function word); or a description's instruction holds a whole
-multi-word value verbatim (a command to run).
+multi-word value verbatim (a command to run). A value that is one of the parameter's own
+declared options (its schema `enum`, two or more) is a choice among them, not induction.
 
 `lookalike-tool`: a call to a tool that duplicates another one (compatible parameters, the
 same name meaning once verbs, fillers and praise are dropped: `fetch_historical_stock_prices`,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 from ..model import Violation
 from .context import CallContext
@@ -216,6 +218,28 @@ def _novel(value: str, ctx: CallContext, min_len: int) -> set[str]:
     }
 
 
+def declared_options(schema: dict[str, Any], key: str) -> frozenset[str]:
+    """The values the tool's input schema declares for argument `key` (a key path such as
+    'a.b[2]'): its `enum`, or the `const`s of its `anyOf`/`oneOf` branches. Empty when the
+    parameter is free (no schema, no enum) or when the enum is a single forced value."""
+    node: Any = schema
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        if not isinstance(node, dict):
+            return frozenset()
+        node = node.get("items") if part.startswith("[") else node.get("properties", {}).get(part)
+    if not isinstance(node, dict):
+        return frozenset()
+    values = list(node.get("enum") or [])
+    items = node.get("items")
+    if not values and isinstance(items, dict):  # an array of enum values: each element
+        values = list(items.get("enum") or [])
+    for branch in [*(node.get("anyOf") or []), *(node.get("oneOf") or [])]:
+        if isinstance(branch, dict) and "const" in branch:
+            values.append(branch["const"])
+    options = frozenset(str(v) for v in values if isinstance(v, str | int | float))
+    return options if len(options) >= 2 else frozenset()
+
+
 _PARAM_DOC = re.compile(r"^[\W_]*([A-Za-z_]\w*)\s*:")  # "- range: ALWAYS use FROM:TO format"
 
 
@@ -250,8 +274,8 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     descriptions: list[Sentence] | None = None
     for key, value in ctx.arg_items:
         novel = _novel(value, ctx, min_len)
-        if not novel:
-            continue
+        if not novel or value in declared_options(ctx.input_schema, key):
+            continue  # one of the parameter's own declared options: a choice, not induction
         for s in about:
             if hit := sorted(novel & _demanded(s, key, props)):
                 ev.append(

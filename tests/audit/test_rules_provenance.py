@@ -511,3 +511,37 @@ def test_bad_rule_options_name_the_file_and_line(tmp_path: Path, body: str, need
         load_policy([f])
     assert info.value.path == str(f) and info.value.line is not None and info.value.line >= 2
     assert needle in str(info.value)
+
+
+ADVICE = (
+    "Hash a text. WARNING: MD5 and SHA1 are broken and MUST NOT be used for security "
+    "(use SHA-256 or SHA-512 instead)."
+)
+
+
+def _enum_ctx(value: str, enum: list[str] | None) -> CallContext:
+    hasher = tool("hash_text", ADVICE, "input", "algorithm")
+    if enum is not None:
+        hasher["inputSchema"]["properties"]["algorithm"]["enum"] = enum
+    c = ctx(
+        "hash_text",
+        {"input": "release notes", "algorithm": value},
+        "Give me the checksum of the release notes.",
+        {"util": [hasher]},
+        server="util",
+    )
+    c.input_schema = hasher["inputSchema"]
+    return c
+
+
+def test_a_value_among_the_parameters_declared_options_is_a_choice_not_induction() -> None:
+    enum = ["md5", "sha1", "sha256", "sha512"]
+    assert induced_call(_enum_ctx("sha256", enum), POLICY) == []
+    # the same advice with a free-text parameter, or forcing a value outside the enum: fires
+    [free] = induced_call(_enum_ctx("sha256", None), POLICY)
+    assert "argument 'algorithm'" in free.evidence[0]
+    [outside] = induced_call(_enum_ctx("sha-512-x", enum), POLICY)
+    assert "argument 'algorithm'" in outside.evidence[0]
+    # a one-value enum forces rather than offers a choice
+    [forced] = induced_call(_enum_ctx("sha256", ["sha256"]), POLICY)
+    assert "argument 'algorithm'" in forced.evidence[0]
