@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..model import call_digest
 from .expected import Expected
+from .madefiles import SandboxFiles
 from .policy import Policy, basename
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class ServerBaseline:
     learn_calls: int = LEARN_CALLS
     calls: int = 0
     known: set[tuple[str, ...]] = field(default_factory=set)
+    # what the sandbox made itself this session (every call, allowed or not; never frozen)
+    files: SandboxFiles = field(default_factory=SandboxFiles)
     _seen: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
 
     def explains(self, exe: str, argv: list[str]) -> bool:

