@@ -48,6 +48,8 @@ from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
 from .sandbox.rollback import WorkspaceRollback
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
+# rules whose deny means the server held a secret: it is quarantined (`Supervisor.quarantine`)
+CONFIDENTIALITY = frozenset({"canary-touched", "sensitive-file-read", "secret-in-message"})
 RECENT_KILLS = 100  # online kills remembered (rule, event-to-kill latency) for benchmarks
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
 
@@ -198,6 +200,25 @@ class Supervisor:
         self.ledger = DispatchLedger(name)
         self._lock = anyio.Lock()
         self._serial = 0
+        # set after a confidentiality deny: every later call and request is refused and
+        # nothing the server sends reaches the host (a server denied for a secret must not
+        # hand it over next call; docs/BYPASSES.md)
+        self.quarantined: str | None = None
+
+    def quarantine(self, why: str) -> None:
+        if self.quarantined is None and not self.observe:
+            self.quarantined = why
+
+    def _quarantine_after(self, verdict: Verdict) -> None:
+        """Quarantine on a confidentiality deny: a secret was read or carried (a kernel kill
+        on touch counts when it names a canary; a forbidden exec alone does not)."""
+        for v in verdict.denying:
+            kernel = v.rule == "kill-on-touch" and any(
+                path in line for path in self.canaries for line in v.evidence
+            )
+            if v.rule in CONFIDENTIALITY or kernel:
+                self.quarantine(f"{v.rule} on {v.phase}-execution")
+                return
 
     # -- tools and pins -------------------------------------------------------------------
     def observe_tools(self, tools: list[Message]) -> list[Any]:
@@ -263,6 +284,17 @@ class Supervisor:
         )
         meta = meta or {}
         task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
+        if self.quarantined is not None:
+            why = f"the server is quarantined after a confidentiality deny ({self.quarantined})"
+            refused = Verdict(
+                decision="deny",
+                phase="pre",
+                violations=[Violation(rule="quarantined", phase="pre", mode="enforce", reason=why)],
+            )
+            record = self._record(call, task, refused, None, Timings(), t0)
+            self.sink(record, meta.get("traceparent"), None)
+            refusal: Message = {"code": -32003, "message": f"mtguard: {call.tool} refused: {why}"}
+            return CallOutcome(record=record, error=refusal, denied=True)
         history = _history(meta.get(HISTORY_KEY))
         if (self.tools_stale or tool not in self.tools) and not self.upstream.closed.is_set():
             self.tools_stale = False
@@ -315,7 +347,10 @@ class Supervisor:
         if action.on_result is not None and result is not None:
             result = action.on_result(result)  # the seam's forgery (evaluation, tests)
         try:
-            post = await self.engine.post_verify(ctx, tree, result or {})
+            # a JSON-RPC error object is what the agent reads then: judged like a result
+            failed = response.get("error") if response and result is None else None
+            judged = {"error": failed} if isinstance(failed, dict) else result or {}
+            post = await self.engine.post_verify(ctx, tree, judged)
         except BaseException:  # no verdict: a rollback pending for this call fails closed
             if target.rollback is not None:
                 await target.rollback.settle(call.call_id, deny=True)
@@ -342,6 +377,7 @@ class Supervisor:
             record.reasons.append(f"workspace rollback failed: {rolled.error}")
         self.sink(record, meta.get("traceparent"), alert)
         if verdict.decision == "deny" and not self.observe:
+            self._quarantine_after(verdict)
             return CallOutcome(record=record, result=denial_result(tool, verdict), denied=True)
         if error is not None:
             return CallOutcome(record=record, error=error)

@@ -565,7 +565,7 @@ async def serve_http(
             guard, command, name, relay.from_server, upstream_url, upstream_headers
         ) as server,
     ):
-        relay.server = server
+        relay.attach(server)
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.server_gone)
             listener = await anyio.create_tcp_listener(local_host=host, local_port=port)

@@ -6,7 +6,10 @@ server-initiated requests). Each `tools/call` runs through the `Supervisor` in i
 so a slow call never blocks pings or other traffic. `tools/list` answers are pinned on the
 way back, and a `list_changed` triggers a re-check of the pins. Malformed host lines get a
 JSON-RPC error and the proxy keeps serving; when the server dies, later requests get a clear
-error. The host side uses the MCP SDK's stdio transport.
+error. The host side uses the MCP SDK's stdio transport. Nothing the server sends reaches the
+host unscreened (`withhold.Withholder`): a response to a call already handled or to an id the
+guard never sent is dropped, a secret in any other message is withheld, and a quarantined
+server's requests are refused.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..errors import ServerExited
 from ..guard import GuardedServer, open_guard
 from .remote import connect_server, redact
 from .upstream import Message, UpstreamError
+from .withhold import WITHHELD, Withholder
 
 PROTOCOL_STAMP = "io.modelcontextprotocol/"  # _meta keys a sessionless revision requires
 # After the host closes stdin, in-flight calls get this long to finish and be recorded.
@@ -41,7 +45,8 @@ class Relay:
         self.server: GuardedServer | None = None
         self.list_requests: dict[Any, bool] = {}  # id -> whether it asked for a later page
         self.in_flight: set[Any] = set()
-        self.forwarded: set[Any] = set()  # host request ids relayed and not yet answered
+        self.forwarded: dict[Any, str] = {}  # host request id relayed, unanswered -> method
+        self.withholder: Withholder | None = None
         self.cancelled: set[Any] = set()
         self.idle = anyio.Event()
         self.idle.set()
@@ -62,9 +67,22 @@ class Relay:
         )
 
     # -- host -> server ---------------------------------------------------------------------
+    def attach(self, server: GuardedServer) -> None:
+        self.server = server
+        self.withholder = Withholder(server.supervisor)
+        server.upstream.on_dropped = self.withholder.dropped
+
     async def from_host(self, message: Message, tg: anyio.abc.TaskGroup) -> None:
         assert self.server is not None
         method, request_id = message.get("method"), message.get("id")
+        quarantined = self.server.supervisor.quarantined
+        if quarantined is not None and method is not None and request_id is not None:
+            if method == "ping":
+                await self.send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+            elif method != "tools/call":  # a call is refused (and recorded) by the supervisor
+                why = f"the server is quarantined after a confidentiality deny ({quarantined})"
+                await self.error(request_id, WITHHELD, f"mtguard: {method} refused: {why}")
+                return
         meta = (message.get("params") or {}).get("_meta")
         if isinstance(meta, dict):
             stamps = {k: v for k, v in meta.items() if k.startswith(PROTOCOL_STAMP)}
@@ -101,11 +119,12 @@ class Relay:
             if self.server.upstream.closed.is_set():
                 raise self.server.upstream.exited()
             if is_request:
-                self.forwarded.add(message["id"])
+                self.forwarded[message["id"]] = str(message["method"])
+                self.server.upstream.tombstones.pop(message["id"], None)
             await self.server.upstream.send(message)
         except ServerExited as exc:
             if is_request:
-                self.forwarded.discard(message["id"])
+                self.forwarded.pop(message["id"], None)
                 await self.error(message["id"], -32002, f"mtguard: {exc}")
 
     async def server_gone(self) -> None:
@@ -145,10 +164,27 @@ class Relay:
 
     # -- server -> host ---------------------------------------------------------------------
     async def from_server(self, message: Message) -> None:
-        assert self.server is not None
+        assert self.server is not None and self.withholder is not None
         request_id = message.get("id")
+        answered = None
         if "method" not in message:
-            self.forwarded.discard(request_id)
+            if request_id not in self.forwarded:
+                self.withholder.unsolicited(message)
+                return
+            answered = self.forwarded.pop(request_id)
+        screened, answer_server = self.withholder.screen(message, answered)
+        if answer_server:  # a server-to-client request the host must not see: refuse it
+            error = {"code": WITHHELD, "message": "mtguard: request withheld from the host"}
+            refusal = {"jsonrpc": "2.0", "id": request_id, "error": error}
+            try:
+                await self.server.upstream.send(refusal)
+            except ServerExited:
+                pass
+        if screened is None:
+            if request_id is not None:
+                self.list_requests.pop(request_id, None)
+            return
+        message = screened
         if "method" not in message and request_id in self.list_requests:
             paged = self.list_requests.pop(request_id)
             result = message.get("result") or {}
@@ -177,7 +213,7 @@ async def serve_stdio(
             async with connect_server(
                 guard, command, name, relay.from_server, upstream_url, upstream_headers
             ) as server:
-                relay.server = server
+                relay.attach(server)
                 what = redact(upstream_url) if upstream_url else " ".join(command)
                 _log(
                     f"guarding {what!r} {server.upstream.describe()} "

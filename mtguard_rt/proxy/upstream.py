@@ -6,6 +6,8 @@ to the `on_message` callback (the proxy forwards it to the host). `StdioUpstream
 newline-delimited JSON-RPC over a sandboxed server's stdio: lines that are not JSON-RPC are
 counted and dropped, never forwarded; an oversize line is dropped whole. When the server's
 stdout ends, every pending slot fails with `ServerExited`, so no caller waits forever.
+Every call id the guard has handled (answered, killed, timed out, cancelled) leaves a
+tombstone: a later response to it is dropped and reported to `on_dropped`, never relayed.
 (`remote.HttpUpstream` speaks streamable HTTP to a server at a URL.)
 """
 
@@ -24,6 +26,7 @@ from ..sandbox import Sandbox
 
 Message = dict[str, Any]
 MAX_LINE_BYTES = 64 << 20  # a 16 MB argument must pass; a runaway server must not exhaust memory
+MAX_TOMBSTONES = 4096  # handled ids remembered; the oldest go first (ids are never reused)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(dict[str, Any])
@@ -75,12 +78,17 @@ class Upstream(ABC):
         self.closed = anyio.Event()
         self._pending: dict[Any, ResponseSlot] = {}
         self._ids = itertools.count(1)
+        # handled call id -> why no response to it may reach anyone any more
+        self.tombstones: dict[Any, str] = {}
+        # (message, why) for each response dropped on a tombstone (the supervisor records it)
+        self.on_dropped: Callable[[Message, str], Awaitable[None]] | None = None
 
     def expect(self, request_id: Any) -> ResponseSlot:
         """Claim the response to `request_id` before the request is sent."""
         slot = ResponseSlot()
         if self.closed.is_set():
             slot.resolve(error=self.exited())
+        self.tombstones.pop(request_id, None)  # a fresh request under an id reused on purpose
         self._pending[request_id] = slot
         return slot
 
@@ -88,9 +96,19 @@ class Upstream(ABC):
         slot = self._pending.pop(request_id, None)
         if slot is not None:
             slot.resolve(error=RequestCancelled(why))
+            self.tombstone(request_id, why)
+
+    def tombstone(self, request_id: Any, why: str) -> None:
+        """No response to `request_id` may be relayed from now on: drop the slot (a waiter
+        keeps what it has) and remember the id, so a late answer is dropped and recorded."""
+        self._pending.pop(request_id, None)
+        self.tombstones.setdefault(request_id, why)
+        while len(self.tombstones) > MAX_TOMBSTONES:
+            del self.tombstones[next(iter(self.tombstones))]
 
     def forget(self, request_id: Any) -> None:
-        self._pending.pop(request_id, None)
+        """The caller is done with `request_id`: any later response to it is a duplicate."""
+        self.tombstone(request_id, "a response after the call was handled")
 
     @abstractmethod
     async def send(self, message: Message) -> None:
@@ -134,8 +152,13 @@ class Upstream(ABC):
 
     async def deliver(self, message: Message) -> None:
         """A message from the server: the response a slot waits for, else `on_message`'s."""
-        if "method" not in message and (slot := self._pending.pop(message.get("id"), None)):
+        request_id = message.get("id")
+        if "method" not in message and (slot := self._pending.pop(request_id, None)):
             slot.resolve(message)
+            self.tombstone(request_id, "a second response to the same call")
+        elif "method" not in message and request_id in self.tombstones:
+            if self.on_dropped is not None:
+                await self.on_dropped(message, self.tombstones[request_id])
         elif self.on_message is not None:
             await self.on_message(message)
 

@@ -1,0 +1,80 @@
+"""Scan of every server-to-host message that is not a `tools/call` result (issue 17).
+
+A `tools/call` result is judged by the post rules. Everything else the server sends (the
+`initialize` result and its instructions, tool/prompt/resource listings and their
+descriptions, notifications, server-to-client requests such as sampling or elicitation, and
+JSON-RPC `error` objects) is checked here before it is relayed: a canary marker (raw, in any
+base64 alignment, or hex) anywhere in it, and the policy's secret patterns in the parts that
+are the server's own words (instructions, descriptions, notifications, requests, errors; not
+the content of a resource or prompt the host asked for, which is the user's data). Pure
+functions; the supervisor decides what is withheld and records it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .rules_files import _b64_forms
+from .text import iter_strings
+
+# Responses whose whole content is the server's own words (secret patterns are checked).
+OWN_WORDS = (
+    "initialize",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+)
+
+
+def message_label(message: dict[str, Any], answered: str | None) -> str:
+    """The audit record's tool for a message: "(initialize)", "(tools/list)",
+    "(notification)", "(request sampling/createMessage)", "(response)"."""
+    method = message.get("method")
+    if isinstance(method, str):
+        return "(notification)" if message.get("id") is None else f"(request {method})"
+    return f"({answered})" if answered else "(response)"
+
+
+def _texts(message: dict[str, Any]) -> str:
+    body = {k: v for k, v in message.items() if k not in ("jsonrpc", "id")}
+    return "\n".join(text for _, text in iter_strings(body))
+
+
+def _marker_hits(text: str, canaries: dict[str, str]) -> list[str]:
+    hits = []
+    lowered = text.lower()
+    for path, marker in canaries.items():
+        if not marker:
+            continue
+        if marker in text:
+            hits.append(f"the marker of canary {path}")
+        elif any(form in text for form in _b64_forms(marker)):
+            hits.append(f"the base64 marker of canary {path}")
+        elif marker.encode().hex() in lowered:
+            hits.append(f"the hex marker of canary {path}")
+    return hits
+
+
+def scan_message(
+    message: dict[str, Any],
+    answered: str | None,
+    canaries: dict[str, str],
+    secrets: re.Pattern[str] | None,
+) -> tuple[str, list[str]]:
+    """(rule, evidence) for what `message` must not carry to the host; evidence empty when
+    it is clean. `answered` is the method of the host request it answers, if a response."""
+    text = _texts(message)
+    if hits := _marker_hits(text, canaries):
+        return "canary-touched", [f"the server's message carries {h}" for h in hits]
+    own = "method" in message or "error" in message or answered in OWN_WORDS
+    if own and secrets is not None and (found := secrets.search(text)):
+        return "secret-in-message", [
+            f"the server's message carries key material ({len(found.group(0))} characters "
+            f"matching a secret pattern)"
+        ]
+    return "", []
+
+
+__all__ = ["OWN_WORDS", "message_label", "scan_message"]
