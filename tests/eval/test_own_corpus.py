@@ -129,10 +129,14 @@ def test_report_counts() -> None:
     rp = s["classes"]["rug-pull"]
     assert rp["detection"] == {"n": 1, "N": 2, "rate": 0.5}
     assert rp["rules"] == {"r1": 1} and [m["case"] for m in rp["missed"]] == ["a2"]
+    assert rp["strict"]["n"] == 1  # r1 denied no benign call of the class
+    run.cases[3].calls[0].denying = ["r1"]  # now r1 also denies the benign twin
+    assert summary(run)["classes"]["rug-pull"]["strict"]["n"] == 0
     assert s["classes"]["scope-escape"]["detection"]["N"] == 0  # the failed attack
     assert s["attack_failed"] == ["a3:t"]
     assert s["all"]["false_positives"]["n"] == 1 and s["all"]["false_positives"]["N"] == 2
     assert s["sources"]["host"]["detection"] == {"n": 0, "N": 1, "rate": 0.0}
+    run.cases[3].calls[0].denying = ["r2"]
     md = render_markdown(run)
     assert "| a2 | host | s.t |" in md and "b1 (rug-pull, hard negative)" in md
 
