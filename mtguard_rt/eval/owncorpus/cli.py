@@ -52,8 +52,9 @@ def run_own_suite(args: argparse.Namespace) -> int:
                 raise GuardError(f"unknown case id(s): {', '.join(sorted(unknown))}")
             cases = [c for c in cases if c.id in wanted]
         command = "mtguard " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+        commit = _commit()  # before the run: what the replay imported
         run = anyio.run(lambda: run_own(cases, command=command), backend="trio")
-        run.commit = _commit()
+        run.commit = commit
         out.mkdir(parents=True, exist_ok=True)
         (out / "run.json").write_bytes(run_encoder.encode(run))
     out.mkdir(parents=True, exist_ok=True)
