@@ -15,12 +15,13 @@ from collections.abc import Iterable
 
 from ..model import AuditRecord
 from .explain import rollback_lines
-from .viewtree import ViewNode, build_view, stage_timings
+from .viewtree import ViewNode, between_view, build_view, outcome, stage_timings, tree_facts
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _STYLES = {
     "deny": "1;31", "allow": "1;32", "hit": "1;33", "dim": "2", "bold": "1", "process": "36",
-    "net": "35", "dns": "34", "exec": "36", "note": "2", "warn": "33",
+    "net": "35", "dns": "34", "exec": "36", "note": "2", "warn": "33", "error": "1;35",
+    "refused": "1;31",
 }
 
 
@@ -39,8 +40,10 @@ def render_text(records: Iterable[AuditRecord], *, color: bool = False) -> str:
     paint = _Paint(color)
     records = list(records)
     blocks = [_record(r, paint) for r in records]
-    denied = sum(r.decision == "deny" for r in records)
-    summary = f"{len(records)} calls · {denied} denied · {len(records) - denied} allowed"
+    status = [outcome(r)[0] for r in records]
+    denied, errors = status.count("deny"), status.count("error")
+    summary = f"{len(records)} calls · {denied} denied · {status.count('allow')} allowed"
+    summary += f" · {errors} failed (server died)" if errors else ""
     return "\n".join([*blocks, paint("dim", summary) + "\n"])
 
 
@@ -48,11 +51,14 @@ def _record(r: AuditRecord, paint: _Paint) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.ts)) if r.ts else "?"
     phase = f" at {r.phase}" if r.phase else ""
     req = f" (request {r.request_id})" if r.request_id else ""
+    status, why = outcome(r)
     lines = [
-        f"{paint(r.decision, r.decision.upper())} {paint('bold', f'tools/call {r.tool}')}"
+        f"{paint(status, status.upper())} {paint('bold', f'tools/call {r.tool}')}"
         f"  server {paint('bold', r.server)}  call {r.call_id}{req}{phase}  mode {r.mode}"
         f"  {r.timings_ms.total:.1f} ms  {when}Z"
     ]
+    if why:
+        lines.append(f"  {paint('error', '✗ no result: ' + why)}")
     if r.task:
         lines.append(f"  task: {paint('dim', r.task)}")
     for v in r.violations:
@@ -76,9 +82,15 @@ def _record(r: AuditRecord, paint: _Paint) -> str:
             f"  tree: {state}" + (f" ({extra})" if extra else "")
             + (f", drops {drops}" if drops else "") + f", {len(tree.processes)} process(es)"
         )
+        lines += [f"  {paint('dim', x)}" for x in tree_facts(r)]
         nodes = build_view(r)
         for i, node in enumerate(nodes):
             _node(node, "  ", i == len(nodes) - 1, paint, lines)
+        between = between_view(r)
+        if between:
+            lines.append(paint("bold", "  between calls (workers of earlier calls):"))
+        for i, node in enumerate(between):
+            _node(node, "  ", i == len(between) - 1, paint, lines)
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,8 @@ processes are interleaved in time order. A node is a *hit* for a rule when that 
 `Violation.evidence` names it: the process's pid ("pid 102") or key ("102@…"), a file path,
 "address:port", or a DNS name, matched on token boundaries. Nesting deeper than `MAX_DEPTH`
 is cut with a marker node, so a hostile fork chain cannot exhaust the renderers' recursion.
+Workers (processes left running by the call) say so; connections the network policy refused
+are `refused` nodes; `between_view` lays out the between-call activity the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..model import AuditRecord, DnsEvent, FileEvent, NetEvent, ProcessNode, Violation
+from ..model import (
+    AuditRecord,
+    BehaviorTree,
+    DnsEvent,
+    FileEvent,
+    NetEvent,
+    ProcessNode,
+    Violation,
+)
 
 MAX_DEPTH = 100
 _PID = re.compile(r"\bpid[\s=:#]*(\d+)", re.IGNORECASE)
@@ -23,7 +33,7 @@ _EDGE = r"[\w./~:@-]"
 
 @dataclass
 class ViewNode:
-    kind: str  # process | exec | file | net | dns | note
+    kind: str  # process | exec | file | net | refused | dns | note
     label: str
     detail: str = ""
     hits: list[str] = field(default_factory=list)  # rule ids whose evidence names this node
@@ -63,12 +73,34 @@ def _unique(rules: list[str]) -> list[str]:
     return list(dict.fromkeys(rules))
 
 
+def outcome(record: AuditRecord) -> tuple[str, str]:
+    """(status, why) the viewers show: `deny`, `allow`, or `error` for an allowed call whose
+    server never answered it (exited, was killed online, timed out, the call was cancelled):
+    the guard's own error message is in the record's reasons, prefixed `mtguard: `."""
+    if record.decision == "deny":
+        return "deny", ""
+    why = next((r for r in record.reasons if r.startswith("mtguard: ")), "")
+    if why or record.terminated:
+        return "error", why.removeprefix("mtguard: ") or "terminated online"
+    return "allow", ""
+
+
 def build_view(record: AuditRecord) -> list[ViewNode]:
-    """Top-level nodes for `record`: root processes, then unattributed DNS."""
-    tree = record.tree
-    if tree is None:
+    """Top-level nodes for `record`: root processes, then unattributed DNS and refusals."""
+    if record.tree is None:
         return []
-    index = EvidenceIndex(record.violations)
+    return tree_view(record.tree, EvidenceIndex(record.violations))
+
+
+def between_view(record: AuditRecord) -> list[ViewNode]:
+    """What earlier calls' workers did between the previous window and this call's."""
+    if record.tree is None or record.tree.between is None:
+        return []
+    return tree_view(record.tree.between, EvidenceIndex(record.violations))
+
+
+def tree_view(tree: BehaviorTree, index: EvidenceIndex) -> list[ViewNode]:
+    workers = set(tree.workers)
     children: dict[str, list[ProcessNode]] = {}
     for p in tree.processes:
         if p.parent is not None:
@@ -80,7 +112,9 @@ def build_view(record: AuditRecord) -> list[ViewNode]:
         status = [f"pid {node.pid}"]
         if node.learned == "seeded":
             status.append("seeded")
-        if node.still_running:
+        if node.key in workers:
+            status.append("worker: still running after the call")
+        elif node.still_running:
             status.append("running")
         elif node.killed_by is not None:
             status.append("killed")
@@ -112,6 +146,7 @@ def build_view(record: AuditRecord) -> list[ViewNode]:
     top = [(p.start_ns, process(p, 0)) for p in tree.roots() if p.key not in seen]
     top += [(p.start_ns, process(p, 0)) for p in tree.processes if p.key not in seen]  # cycles
     top += [(d.ts_ns, dns_node(d, index)) for d in tree.dns]
+    top += [(n.ts_ns, net_node(n, index, "no process")) for n in tree.refused]
     for ts, node in top:
         node.at_ms = at(ts)
     return [n for _, n in top]
@@ -125,17 +160,39 @@ def file_node(f: FileEvent, index: EvidenceIndex) -> ViewNode:
     return ViewNode("file", label, detail, index.mentions(f.path, f.target), f.result < 0)
 
 
-def net_node(n: NetEvent, index: EvidenceIndex) -> ViewNode:
+def net_node(n: NetEvent, index: EvidenceIndex, whose: str = "") -> ViewNode:
     where = f"[{n.address}]:{n.port}" if n.family == "ipv6" else f"{n.address}:{n.port}"
     hits = index.mentions(where, f"{n.address}:{n.port}")
     detail = n.family if n.egress or n.op == "accept" else f"{n.family}, not egress"
-    return ViewNode("net", n.summary, detail, hits, n.result < 0)
+    detail = f"{detail}, {whose}" if whose else detail
+    return ViewNode("refused" if n.refused else "net", n.summary, detail, hits,
+                    n.result < 0 and not n.refused)
 
 
 def dns_node(d: DnsEvent, index: EvidenceIndex) -> ViewNode:
     answers = f" → {', '.join(d.answers)}" if d.answers else ""
     return ViewNode("dns", f"dns {d.direction} {d.name} {d.qtype}{answers}", d.server or "",
                     index.mentions(d.name))
+
+
+def tree_facts(r: AuditRecord) -> list[str]:
+    """Network policy, refusals, workers and between-call activity, one line each."""
+    tree, out = r.tree, list[str]()
+    if tree is None:
+        return out
+    if tree.network_policy:
+        out.append("network policy: only " + ", ".join(tree.network_policy))
+    refused = sum(n.refused for p in tree.processes for n in p.net) + sum(
+        n.refused for n in tree.refused)
+    if refused:
+        out.append(f"refused by network policy: {refused} attempt(s)/packet(s)")
+    if tree.workers:
+        out.append(f"workers left running: {len(tree.workers)} ({', '.join(tree.workers)})")
+    if tree.between is not None:
+        b = tree.between
+        out.append(f"between calls: {len(b.processes)} process(es), since call "
+                   f"{b.call.call_id} ({b.call.tool})")
+    return out
 
 
 def stage_timings(record: AuditRecord) -> list[tuple[str, float]]:

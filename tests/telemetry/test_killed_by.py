@@ -16,6 +16,7 @@ from mtguard_rt.telemetry.view_text import render_text
 from mtguard_rt.telemetry.viewtree import build_view
 
 from .fixtures import MONO_T0, MS, SSH_KEY, denied_record
+from .test_viewers import page_data, walk
 
 WHY = f"kill-on-touch: open of {SSH_KEY}"
 
@@ -43,9 +44,12 @@ def test_html_report_shows_the_kill_escaped() -> None:
     assert record.tree is not None
     record.tree.processes[2].killed_by = "kill-on-touch: open of /tmp/<b>x</b>"
     page = render_html([record])
-    assert '<span class="killed">✗ killed: kill-on-touch: open of /tmp/&lt;b&gt;x&lt;/b&gt;' in page
-    assert 'class="node process hit killed"' in page  # the whole node is marked
-    assert "✗ killed" not in render_html([denied_record()]).split("</style>", 1)[1]
+    assert "/tmp/<b>" not in page and "/tmp/\\u003cb\\u003ex" in page  # escaped for <script>
+    data = page_data(page)
+    (killed,) = [n for n in walk(data, 0) if n[5] >= 0]  # the node carries why, as data
+    assert data["s"][killed[5]] == "kill-on-touch: open of /tmp/<b>x</b>" and killed[6]
+    assert "'killed'" in page  # the page's script marks the node and prints the reason
+    assert all(n[5] < 0 for n in walk(page_data(render_html([denied_record()])), 0))
 
 
 def test_process_span_carries_killed_by_and_an_error_status() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,7 +103,8 @@ def test_hostile_content_is_escaped_and_stripped() -> None:
     text = render_text([record], color=True)
     assert "\x1b[2J" not in text and "?[2J" in text
     page = render_html([record])
-    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert(1)" not in page and "\\u003cscript\\u003ealert(1)" in page
+    assert HOSTILE in page_data(page)["s"]  # intact as data: the page sets it as text
 
 
 def test_html_is_self_contained() -> None:
@@ -110,7 +113,28 @@ def test_html_is_self_contained() -> None:
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
     assert "<link" not in page and "@import" not in page
     assert page.count('<section id="call-') == 3
-    assert page.count('class="node file hit"') == 1  # the key read, not ld.so.cache
+    data = page_data(page)
+    hits = [n for n in walk(data, 0) if data["s"][n[0]] == "file" and n[6]]
+    assert [data["s"][n[1]] for n in hits] == [f"open {SSH_KEY}"]  # not ld.so.cache
+
+
+def page_data(page: str) -> dict[str, Any]:
+    """The report's JSON data block, decoded."""
+    match = re.search(r'<script type="application/json" id="mtguard-data">(.*?)</script>',
+                      page, re.DOTALL)
+    assert match, "no data block"
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
+
+
+def walk(data: dict[str, Any], call: int, key: str = "t") -> list[list[Any]]:
+    """Every node of one call's tree (`t`) or between-call tree (`b`) in the data block."""
+    out, stack = [], list(data["c"][call][key])
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node[7])
+    return out
 
 
 def test_deep_fork_chain_is_cut_not_recursed() -> None:
