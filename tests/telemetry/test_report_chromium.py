@@ -1,7 +1,10 @@
 """The HTML report in real headless Chromium: it renders, a tree expands, a screenshot exists.
 
 The probe is a copy of the report with one inline script appended that clicks a call's
-summary and writes what it saw into the DOM; `--dump-dom` hands that DOM back.
+summary and writes what it saw into the DOM; `--dump-dom` hands that DOM back. A call's body
+is built lazily from the data block: before the click the denied call's tree is not in the
+DOM at all; after it, the key read is there, visible and highlighted. Hostile text from the
+record lands as text (no script runs), and a call whose server died reads ERROR.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from mtguard_rt.telemetry import AuditLog
 
 from .fixtures import SSH_KEY, allowed_record, denied_record, pre_denied_record
 
+HOSTILE = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=1>"
+DIED = "mtguard: the server exited (code 137) before answering"
+
 pytestmark = pytest.mark.chromium
 
 CHROMIUM_TIMEOUT_S = 60  # a cold start on a loaded 2-core box takes a few seconds
@@ -28,11 +34,14 @@ CHROMIUM_TIMEOUT_S = 60  # a cold start on a loaded 2-core box takes a few secon
 PROBE = """<script>
 (function(){
   var sec=document.getElementById('call-1'), d=sec.querySelector('details');
-  var key=sec.querySelector('li.file.hit .leaf');
   function seen(el){ return el.checkVisibility() && el.getClientRects().length>0; }
-  var before={open:d.open, visible:seen(key)};
+  var before={open:d.open, nodes:sec.querySelectorAll('li.node').length};
   sec.querySelector('summary').click();
-  var after={open:d.open, visible:seen(key), text:key.textContent};
+  var key=sec.querySelector('li.file.hit .leaf');
+  var after={open:d.open, visible:seen(key), text:key.textContent,
+    evidence:[].map.call(sec.querySelectorAll('li.evidence'),function(e){return e.textContent;})};
+  var died=document.getElementById('call-4');
+  died.querySelector('summary').click();
   var q=document.getElementById('filter');
   q.value='send_email'; q.dispatchEvent(new Event('input'));
   var rows=document.querySelectorAll('#calls tbody tr');
@@ -40,7 +49,10 @@ PROBE = """<script>
   document.body.setAttribute('data-probe', JSON.stringify({before:before, after:after,
     hits:[].map.call(sec.querySelectorAll('.hit'),
                      function(n){return n.getAttribute('data-rules');}),
-    shown:shown}));
+    shown:shown, pwned:!!window.pwned,
+    died:{badge:died.querySelector('.badge').textContent,
+          why:died.querySelector('.nores').textContent},
+    rowBadges:[].map.call(rows,function(r){return r.querySelector('.badge').textContent;})}));
 })();
 </script>"""
 
@@ -71,8 +83,11 @@ def chromium(tmp: Path, *args: str) -> str:
 @pytest.fixture
 def report(tmp_path: Path) -> Path:
     log = tmp_path / "audit.jsonl"
+    denied, died = denied_record(), allowed_record("10")
+    denied.violations[0].evidence.append(HOSTILE)
+    died.reasons.append(DIED)  # what the guard records when the server dies mid-call
     with AuditLog(log) as audit:
-        for r in (denied_record(), allowed_record(), pre_denied_record()):
+        for r in (denied, allowed_record(), pre_denied_record(), died):
             audit.write_sync(r)
     out = tmp_path / "report.html"
     assert main(["view", str(log), "--html", str(out)]) == 0
@@ -86,9 +101,12 @@ def test_report_renders_and_a_tree_expands(report: Path, tmp_path: Path) -> None
     match = re.search(r'data-probe="([^"]*)"', dom)
     assert match, "the probe script did not run"
     seen = json.loads(html.unescape(match.group(1)))
-    assert seen["before"] == {"open": False, "visible": False}  # calls start collapsed
+    assert seen["before"] == {"open": False, "nodes": 0}  # collapsed, body not yet built
     assert seen["after"]["open"] is True and seen["after"]["visible"] is True
     assert SSH_KEY in seen["after"]["text"]
+    assert HOSTILE in seen["after"]["evidence"] and seen["pwned"] is False  # text, not markup
+    assert seen["died"] == {"badge": "ERROR", "why": "no result: " + DIED[len("mtguard: "):]}
+    assert seen["rowBadges"] == ["DENY", "ALLOW", "DENY", "ERROR"]
     # evidence highlighted: cat (pid 102), its key read, the server (pid 100), its connect
     assert sorted(seen["hits"]) == sorted(
         ["undeclared-egress", "secret-file-read", "secret-file-read", "undeclared-egress"]
