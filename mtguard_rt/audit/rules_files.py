@@ -126,6 +126,18 @@ def made_here(ctx: CallContext, view: TreeView, hits: list[FileHit]) -> set[int]
     return found
 
 
+def secret_reads(ctx: CallContext, view: TreeView) -> list[FileHit]:
+    """Every successful read of a sensitive file or a canary, named by the arguments or not,
+    except the server's own /proc state and files the sandbox made (`made_here`)."""
+    hits = [
+        h
+        for h in view.matching(SENSITIVE | CANARY)
+        if reads(h.event) and took_effect(h.event) and not own_process_state(h.path)
+    ]
+    made = made_here(ctx, view, hits) if hits else set()
+    return [h for h in hits if id(h.event) not in made]
+
+
 def sensitive_file_read(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:

@@ -1,8 +1,13 @@
 """Post-execution network and completeness rules.
 
 A destination is derived when its DNS name (or the name that resolved to its address) is
-allowlisted or named by the arguments or the task, or when the address itself is written
-there. Resolver traffic on allowed ports passes; the names it resolves are still checked.
+allowlisted or named by the task or by a destination argument (not a URL in prose or file
+content: `off-task-url`'s data), or when the address itself is written there. Resolver
+traffic on allowed ports passes; the names it resolves are still checked. A lookup of an
+underived name carries only the name: with no egress in the call and no data of the call
+in the name (`carries_data`: encoded, long or random labels, an argument's text, a payload
+split over many names, or a secret read in the same call) it is recorded (observe), as a
+library's telemetry probe is; with egress or data it is denied.
 Only egress counts (`NetEvent.egress`): a datagram socket's connect() sends nothing, so a
 UDP connect with no datagram after it (a reachability probe) is observed, not a violation.
 Under a kernel-enforced allowlist (`--allow-domain`) its names are derived and a connection
@@ -12,13 +17,18 @@ Incomplete trees and children that outlive the call are reported under their own
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
+from collections import Counter
 from typing import Any
 
 from ..model import DATAGRAM_TRANSPORTS, BehaviorTree, DnsEvent, NetEvent, Violation
 from .context import CallContext
 from .patterns import canonical_ip, domain_within, is_loopback, normalize_domain
 from .policy import Policy
-from .rules_pre import MAX_EVIDENCE, violation
+from .rules_files import secret_reads
+from .rules_pre import MAX_EVIDENCE, _written_prose, violation
 from .text import bare_hosts, url_hosts
 from .treeview import TreeView, label
 
@@ -45,11 +55,107 @@ def egress_text(n: NetEvent, ip: str) -> str:
 
 
 def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:
+    """The allowlist, the task's hosts and the hosts the arguments point to: a URL inside a
+    non-command tool's prose or file content is data there (as for `off-task-url`), not a
+    destination the call may reach."""
     names = set(policy.allowed_domains) | set(ctx.task_hosts)
-    for text in ctx.arg_texts:
+    command_tool = policy.is_command_tool(ctx.call.tool, ctx.input_schema)
+    for key, text in ctx.arg_items:
+        if _written_prose(key, text, command_tool):
+            continue
         names.update(url_hosts(text))
         names.update(bare_hosts(text, None))
     return {normalize_domain(n) for n in names}
+
+
+# A DNS name can carry data in its labels (DNS exfiltration). A label reads as data when it
+# is long, high in entropy, hex, or decodes (base64/base32) to text; or when it repeats an
+# argument's text or a canary marker; or when the call looks up many names under one parent
+# (a payload split into short labels). A secret read in the same call makes any lookup data.
+LONG_LABEL = 24
+ENTROPY_LABEL = 14  # labels this long are judged on their entropy (bits per character) ...
+ENTROPY_BITS = 3.7  # ... above this (ordinary host words stay well below it)
+HEX_LABEL = 8
+DECODED = 6  # a label decoding to this much plain text is encoded text ...
+MIXED_DECODED = 3  # ... this much when its case is mixed as sent (base64 of a short secret)
+ARG_LABEL = 5  # a label this long found in an argument's text is that text, sent out
+SPLIT_NAMES = 3  # distinct underived names under one parent domain in one call
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
+
+
+_PLAIN = frozenset(" _-.:,/=@+")  # what text encoded into a label is made of, besides alnum
+
+
+def _coded(label: str) -> bool:
+    """Digits among letters, or mixed case: what encodings look like and host words do not."""
+    low = label.lower()
+    has_digit = any(c.isdigit() for c in low) and any(c.isalpha() for c in low)
+    return has_digit or (label != low and label != label.upper())
+
+
+def _decodes(label: str) -> bool:
+    """Does the label decode (base64 or base32) to plain text (letters, digits, spaces,
+    `_-.:,/=@+`) of `DECODED` characters, or `MIXED_DECODED` when its case is mixed?
+    Ordinary host words decode to symbols or bytes."""
+    mixed = label != label.lower() and label != label.upper()  # as sent: hosts are one case
+    forms = [("64", label + pad) for pad in ("", "=", "==")]
+    forms += [("32", label.upper() + pad) for pad in ("", "=", "===", "====", "======")]
+    for base, text in forms:
+        try:
+            raw = base64.b64decode(text, validate=True) if base == "64" else base64.b32decode(text)
+        except (binascii.Error, ValueError):
+            continue
+        text = raw.decode("latin-1")
+        plain = all(c.isascii() and (c.isalnum() or c in _PLAIN) for c in text)
+        if plain and len(text) >= (MIXED_DECODED if base == "64" and mixed else DECODED):
+            return True
+    return False
+
+
+def label_data(label: str, arg_text: str, markers: list[str]) -> str | None:
+    low = label.lower()
+    if len(low) >= LONG_LABEL:
+        return f"label {label!r} is {len(label)} characters"
+    if len(low) >= HEX_LABEL and all(c in "0123456789abcdef" for c in low):
+        return f"label {label!r} is hex"
+    if len(low) >= ENTROPY_LABEL and _entropy(low) > ENTROPY_BITS and _coded(label):
+        return f"label {label!r} is high in entropy"
+    if _decodes(label):
+        return f"label {label!r} decodes to text"
+    if len(low) >= ARG_LABEL and low in arg_text:
+        return f"label {label!r} repeats an argument"
+    if any(m and (low in m.lower() or m.lower() in low) for m in markers if len(low) >= 4):
+        return f"label {label!r} holds a canary marker"
+    return None
+
+
+def carries_data(ctx: CallContext, view: TreeView, names: list[str]) -> dict[str, str]:
+    """The looked-up names (as sent) that can carry the call's data: normalised name -> why
+    (a `; ...` suffix for the evidence)."""
+    if not names:
+        return {}
+    out: dict[str, str] = {}
+    if secrets := secret_reads(ctx, view):
+        read = f"; the call also read {secrets[0].path}"
+        return {normalize_domain(n): read for n in names}
+    arg_text = "\n".join(ctx.arg_texts).lower()
+    markers = list(ctx.canaries.values())
+    low = [normalize_domain(n) for n in names]
+    parents = Counter(n.split(".", 1)[1] for n in low if n.count(".") >= 2)
+    for raw, n in zip(names, low, strict=True):
+        parent = n.split(".", 1)[1] if n.count(".") >= 2 else ""
+        if parent and parents[parent] >= SPLIT_NAMES:
+            out[n] = f"; {parents[parent]} names looked up under {parent}"
+            continue
+        # labels as sent: case carries data (base64) though DNS ignores it
+        found = (label_data(part, arg_text, markers) for part in raw.rstrip(".").split(".")[:-1])
+        if (why := next((w for w in found if w is not None), None)) is not None:
+            out[n] = f"; {why}"
+    return out
 
 
 def unexpected_network(
@@ -68,13 +174,20 @@ def unexpected_network(
     ev: list[str] = []
     refused: list[str] = []
     seen_names: set[str] = set()
+    lookups: list[tuple[str, str, str, str]] = []
     for who, d in _all_dns(tree):
         name = normalize_domain(d.name)
         if domain_within(name, names):
             ips.update(ip for a in d.answers if (ip := canonical_ip(a)) is not None)
         elif d.direction == "query" and name not in seen_names:
             seen_names.add(name)
-            ev.append(f"{who} looked up {name} ({d.qtype})")
+            lookups.append((who, name, d.name, d.qtype))
+    carrying = carries_data(ctx, view, [raw for _, _, raw, _ in lookups])
+    ev.extend(
+        f"{who} looked up {name} ({qtype}){carrying.get(name, '')}"
+        for who, name, _, qtype in lookups
+    )
+    egress = bool(carrying)  # a name carrying data is egress; so is any connection below
     for p in tree.processes:
         for n in p.net:
             if not n.egress:  # an accept, or a datagram socket's connect that sent nothing
@@ -89,6 +202,18 @@ def unexpected_network(
             if spec.allow_loopback and is_loopback(ip):
                 continue
             ev.append(f"{label(p)} {egress_text(n, ip)}")
+            egress = True
+    if ev and not egress:  # lookups alone, none carrying the call's data
+        v = violation(
+            "unexpected-network",
+            policy,
+            "post",
+            "names looked up that nothing in the call derives; no connection to them and no "
+            "data of the call in them: recorded",
+            ev + refused,
+        )
+        v.mode = "observe"  # a lookup alone carries no data out: evidence, not egress
+        return [v]
     if not ev and refused:
         v = violation(
             "unexpected-network",
