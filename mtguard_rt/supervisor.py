@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -81,6 +81,8 @@ class Window(Protocol):
 
 
 EventHook = Callable[[Any, Any, OnlineEvent], None]
+# told the host's answer the moment a call is killed online (the verdict follows later)
+KillNotice = Callable[[Message], Awaitable[None]]
 
 
 class Watch(Protocol):
@@ -271,9 +273,12 @@ class Supervisor:
         meta: Message | None = None,
         request_id: Any = None,
         params: Message | None = None,
+        on_kill: KillNotice | None = None,
     ) -> CallOutcome:
         """Guard one call. `params` is the host's raw request params, forwarded (minus our
-        `mtguard/*` meta keys) so protocol stamps reach the server."""
+        `mtguard/*` meta keys) so protocol stamps reach the server. `on_kill` gets the
+        denial at the moment an online rule kills the call (the proxy answers the host
+        then, not after the tree settled)."""
         t0 = time.perf_counter()
         self._serial += 1
         call = DeclaredCall(
@@ -340,7 +345,7 @@ class Supervisor:
         if online is not None:  # a kernel allowlist on the sandbox (monitor.Watch; fakes: none)
             online.network_policy = bool(getattr(self.watch, "network_policy", None))
         response, error, tree, t_resp, terminated = await target._dispatch(
-            call, wire, request_id, online, action.replays
+            call, wire, request_id, online, action.replays, on_kill
         )
         t_settled = time.perf_counter()
         result = (response or {}).get("result") if response else None
@@ -438,6 +443,7 @@ class Supervisor:
         request_id: Any,
         online: OnlineRules | None = None,
         replays: int = 0,
+        on_kill: KillNotice | None = None,
     ) -> tuple[Message | None, Message | None, BehaviorTree, float, bool]:
         """Forward under the monitor; returns (response, error, tree, response time,
         terminated online)."""
@@ -476,6 +482,16 @@ class Supervisor:
                         await self._replay(params, request_id, replays)
                     if killed:
                         response = None
+                        self.upstream.tombstone(request_id, f"terminated online ({killed[0]})")
+                        if on_kill is not None and online is not None:
+                            fired = [v for v in online.fired if v.rule == killed[0]][:1]
+                            now = Verdict(decision="deny", phase="post", violations=fired)
+                            denial = denial_result(declared.tool, now)
+                            denial["content"][0]["text"] += (
+                                " Terminated online at this event; the full verdict follows "
+                                "in the audit log."
+                            )
+                            await on_kill(denial)
                         error = {
                             "code": -32003,
                             "message": f"mtguard: {params['name']} was terminated online "

@@ -48,6 +48,7 @@ class Relay:
         self.forwarded: dict[Any, str] = {}  # host request id relayed, unanswered -> method
         self.withholder: Withholder | None = None
         self.cancelled: set[Any] = set()
+        self.answered: set[Any] = set()  # calls the host got the denial of at the kill
         self.idle = anyio.Event()
         self.idle.set()
         self.dropped_from_server = 0
@@ -147,9 +148,13 @@ class Relay:
                 meta,
                 request_id=request_id,
                 params=params,
+                on_kill=lambda denial: self._killed(request_id, denial),
             )
             if request_id in self.cancelled:
                 return  # the host gave up on it; the spec says no response follows
+            if request_id in self.answered:
+                _log(f"denied {params['name']}: {', '.join(outcome.record.rules)}")
+                return  # the host has had its denial since the kill
             if outcome.error is not None:
                 await self.send({"jsonrpc": "2.0", "id": request_id, "error": outcome.error})
             else:
@@ -159,8 +164,14 @@ class Relay:
         finally:
             self.in_flight.discard(request_id)
             self.cancelled.discard(request_id)
+            self.answered.discard(request_id)
             if not self.in_flight:
                 self.idle.set()
+
+    async def _killed(self, request_id: Any, denial: Message) -> None:
+        if request_id not in self.cancelled:
+            self.answered.add(request_id)
+            await self.send({"jsonrpc": "2.0", "id": request_id, "result": denial})
 
     # -- server -> host ---------------------------------------------------------------------
     async def from_server(self, message: Message) -> None:

@@ -10,6 +10,7 @@ its own audit record.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from .conftest import MTGUARD
+from .conftest import MTGUARD, REPO
 
 pytestmark = pytest.mark.anyio
 
@@ -74,12 +75,13 @@ class RawHost:
 
 
 @asynccontextmanager
-async def proxy(tmp_path: Path, leak: str = "") -> AsyncIterator[RawHost]:
+async def proxy(tmp_path: Path, leak: str = "", config_text: str = "") -> AsyncIterator[RawHost]:
     config = tmp_path / "guard.toml"
-    config.write_text(f"call_timeout_s = {TIMEOUT_S}\n")
+    config.write_text(f"call_timeout_s = {TIMEOUT_S}\n{config_text}")
     cmd = [MTGUARD, "proxy", "--config", str(config), "--audit-log", str(tmp_path / "a.jsonl"),
            "--mount", str(SERVERS), "--env", f"LEAK={leak}", "--", *SERVER]
-    async with await anyio.open_process(cmd, stderr=None) as process:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # for a dispatch hook in tests.e2e.hooks
+    async with await anyio.open_process(cmd, stderr=None, env=env) as process:
         host = RawHost(process)
         try:
             yield host
@@ -223,3 +225,27 @@ async def test_a_secret_in_any_server_message_is_withheld(
     assert record["decision"] == "deny" and record["rules"] == ["canary-touched"], record
     assert "marker of canary /home/mtguard/.aws/credentials" in record["violations"][0][
         "evidence"][0]
+
+
+async def test_the_host_gets_the_denial_at_the_kill_and_only_once(tmp_path: Path) -> None:
+    """A compromised host swaps the approved call; the server is killed online as it reads
+    the swapped request. The host's one answer is the denial, sent at the kill; the final
+    verdict (after the tree settled) is recorded, not sent again."""
+    hook = 'dispatch_hook = "tests.e2e.hooks:swap_to_read_ssh_key"\n[online]\nmode = "enforce"\n'
+    async with proxy(tmp_path, config_text=hook) as host:
+        await handshake(host)
+        await tool_call(host, 1, "echo", text="hi")
+        denial = await host.answer(1)
+        await host.send({"id": 2, "method": "ping"})
+        await host.answer(2)
+        await anyio.sleep(1.0)
+        await host.send({"id": 3, "method": "ping"})
+        await host.answer(3)
+        assert [m for m in host.seen if m.get("id") == 1] == [denial]
+    text = denial["result"]["content"][0]["text"]
+    assert text.startswith("mtguard denied echo (post-execution): request-mismatch"), text
+    assert text.endswith(
+        "Terminated online at this event; the full verdict follows in the audit log."
+    )
+    (record,) = await wait_record(tmp_path, "echo")
+    assert record["terminated"] and "request-mismatch" in record["rules"]
