@@ -5,6 +5,13 @@ Root `tools/call {tool}` (SERVER) with MCP/GenAI attributes and `mtguard.*`; chi
 nested by the tree's parent edges, with file/network/DNS effects as span events. Times are
 the kernel's (`ts_ns + wall_offset_ns`). Built after the call by the export task, never on
 the call path; a W3C `traceparent` makes the root a child of the agent's span.
+
+`execution` also carries the network policy (`mtguard.network.policy`), refusals
+(`mtguard.network.refused`, events `network.refused` for those no process is named for), the
+workers left running (`mtguard.tree.workers`; their process spans say
+`mtguard.process.worker`) and the between-call activity of earlier calls' workers as
+`mtguard.between.*` events. A call whose server never answered (exited, killed online, timed
+out) has an ERROR status and `mtguard.outcome` = "error", not a silent OK.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..model import AuditRecord, BehaviorTree, ProcessNode, Violation
+from ..model import AuditRecord, BehaviorTree, NetEvent, ProcessNode, Violation
+from .viewtree import outcome
 
 _MS = 1_000_000
 _propagator = TraceContextTextMapPropagator()
@@ -143,8 +151,11 @@ class SpanBuilder:
             f"tools/call {record.tool}", parent, min(start, exec_start), self._root_attrs(record),
             SpanKind.SERVER,
         )
+        status, why = outcome(record)
         if denied:
             root.set_status(Status(StatusCode.ERROR, f"denied: {', '.join(record.rules)}"))
+        elif status == "error":
+            root.set_status(Status(StatusCode.ERROR, f"no result: {why}"))
         by_phase = {"pre": [v for v in record.violations if v.phase == "pre"],
                     "post": [v for v in record.violations if v.phase == "post"]}
         self._phase(
@@ -155,6 +166,10 @@ class SpanBuilder:
             if tree is not None:
                 for dns in tree.dns:
                     _dns_event(ex, dns, tree.wall_offset_ns)
+                for n in tree.refused:
+                    _net_event(ex, n, tree.wall_offset_ns, "network.refused")
+                if tree.between is not None:
+                    _between_events(ex, tree.between)
                 self._processes(ex, tree, exec_start, exec_end)
             ex.end(max(exec_end, exec_start))
             self._phase(
@@ -187,8 +202,13 @@ class SpanBuilder:
             "mtguard.timings.post_ms": t.post,
             "mtguard.timings.total_ms": t.total,
         }
+        status, why = outcome(record)
+        attrs["mtguard.outcome"] = status
         if record.decision == "deny":
             attrs["error.type"] = "mtguard.denied"
+        elif status == "error":
+            attrs["error.type"] = "mtguard.no_result"
+            attrs["mtguard.error"] = why
         if record.rollback is not None:  # workspace rollback: counts, not paths (content)
             rb = record.rollback
             attrs["mtguard.rollback.action"] = rb.action
@@ -231,6 +251,7 @@ class SpanBuilder:
             if p.parent is not None:
                 children.setdefault(p.parent, []).append(p)
         seen: set[str] = set()
+        workers = set(tree.workers)
         orphans = iter(tree.processes)  # nodes only reachable through a cycle, if any
         while True:
             if not stack:
@@ -244,36 +265,69 @@ class SpanBuilder:
             seen.add(node.key)
             start = min(max(node.start_ns + off, lo), hi)
             end = hi if node.end_ns is None else min(max(node.end_ns + off, start), hi)
-            span = self._start(_process_name(node), parent, start, _process_attrs(node, off))
+            attrs = _process_attrs(node, off)
+            if node.key in workers:
+                attrs["mtguard.process.worker"] = True
+            span = self._start(_process_name(node), parent, start, attrs)
             if node.killed_by:
                 span.set_status(Status(StatusCode.ERROR, f"killed: {node.killed_by}"))
-            for ex in node.execs:
-                span.add_event("process.exec", _clean({
-                    "process.executable.path": ex.path,
-                    "process.command_line": " ".join(ex.argv) or None,
-                    "mtguard.result": ex.result,
-                }), timestamp=ex.ts_ns + off)
-            for f in node.files:
-                span.add_event(f"file.{f.op}", _clean({
-                    "file.path": f.path, "mtguard.file.resolved": f.resolved,
-                    "mtguard.file.target": f.target, "mtguard.file.flags": f.flags or None,
-                    "mtguard.file.mode": f.mode, "mtguard.result": f.result,
-                }), timestamp=f.ts_ns + off)
-            for n in node.net:
-                span.add_event(f"network.{n.op}", {
-                    "network.peer.address": n.address, "network.peer.port": n.port,
-                    "network.type": n.family, "mtguard.result": n.result,
-                    "network.transport": n.transport, "mtguard.network.sent": n.sent,
-                    "mtguard.network.egress": n.egress,
-                }, timestamp=n.ts_ns + off)
-            for d in node.dns:
-                _dns_event(span, d, off)
+            _effects(span, node, off)
             span.end(end)
             stack.extend((c, span) for c in reversed(children.get(node.key, [])))
 
 
-def _dns_event(span: trace.Span, d: Any, off: int) -> None:
-    span.add_event(f"dns.{d.direction}", _clean({
+def _effects(span: trace.Span, node: ProcessNode, off: int, prefix: str = "") -> None:
+    """A process's execs, files, network and DNS as events on `span` (names after `prefix`)."""
+    for ex in node.execs:
+        span.add_event(f"{prefix}process.exec", _clean({
+            "process.executable.path": ex.path,
+            "process.command_line": " ".join(ex.argv) or None,
+            "mtguard.result": ex.result,
+        }), timestamp=ex.ts_ns + off)
+    for f in node.files:
+        span.add_event(f"{prefix}file.{f.op}", _clean({
+            "file.path": f.path, "mtguard.file.resolved": f.resolved,
+            "mtguard.file.target": f.target, "mtguard.file.flags": f.flags or None,
+            "mtguard.file.mode": f.mode, "mtguard.result": f.result,
+        }), timestamp=f.ts_ns + off)
+    for n in node.net:
+        _net_event(span, n, off, f"{prefix}network.{n.op}")
+    for d in node.dns:
+        _dns_event(span, d, off, prefix)
+
+
+def _net_event(span: trace.Span, n: NetEvent, off: int, name: str) -> None:
+    attrs: Attrs = {
+        "network.peer.address": n.address, "network.peer.port": n.port,
+        "network.type": n.family, "mtguard.result": n.result,
+        "network.transport": n.transport, "mtguard.network.sent": n.sent,
+        "mtguard.network.egress": n.egress,
+    }
+    if n.refused:
+        attrs["mtguard.network.refused"] = n.refused
+    span.add_event(name, attrs, timestamp=n.ts_ns + off)
+
+
+def _between_events(span: trace.Span, between: BehaviorTree) -> None:
+    """Earlier calls' workers between windows: one `mtguard.between.process` event per
+    process (its key names it), then its effects as `mtguard.between.*` events."""
+    off = between.wall_offset_ns
+    for p in between.processes:
+        span.add_event("mtguard.between.process", _clean({
+            "mtguard.process.key": p.key, "process.pid": p.pid,
+            "process.command_line": p.command_line or None,
+            "process.executable.path": p.exe or None,
+            "mtguard.between.since_call": between.call.call_id,
+        }), timestamp=(p.start_ns or between.window_start_ns) + off)
+        _effects(span, p, off, "mtguard.between.")
+    for d in between.dns:
+        _dns_event(span, d, off, "mtguard.between.")
+    for n in between.refused:
+        _net_event(span, n, off, "mtguard.between.network.refused")
+
+
+def _dns_event(span: trace.Span, d: Any, off: int, prefix: str = "") -> None:
+    span.add_event(f"{prefix}dns.{d.direction}", _clean({
         "dns.question.name": d.name, "mtguard.dns.qtype": d.qtype,
         "dns.answers": d.answers or None, "mtguard.dns.server": d.server,
         "process.pid": d.pid,
@@ -314,4 +368,15 @@ def _tree_attrs(tree: BehaviorTree | None) -> Attrs:
     }
     for kind, n in tree.drops.items():
         attrs[f"mtguard.tree.drops.{kind}"] = n
+    if tree.network_policy:
+        attrs["mtguard.network.policy"] = list(tree.network_policy)
+    refused = sum(n.refused for p in tree.processes for n in p.net)
+    refused += sum(n.refused for n in tree.refused)
+    if refused:
+        attrs["mtguard.network.refused"] = refused
+    if tree.workers:
+        attrs["mtguard.tree.workers"] = list(tree.workers)
+    if tree.between is not None:
+        attrs["mtguard.between.processes"] = len(tree.between.processes)
+        attrs["mtguard.between.since_call"] = tree.between.call.call_id
     return attrs
