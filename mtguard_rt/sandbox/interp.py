@@ -5,8 +5,11 @@ the user's own PATH (the proxy's environment) minus the directories the sandbox 
 so `python3`, `node`, `npx`, `uvx` resolve as they do for the user, not to the guard's
 Python. A command that runs from a Python virtual environment (its program, or the
 interpreter on its script's `#!` line) also gets that environment's base installation
-mounted, read-only: a venv is useless without it. The guard's own environment is visible
-only when the server is started with the guard's own Python (then it leads PATH, as before).
+mounted, read-only: a venv is useless without it. An interpreter the server may run by name
+for its user (`USER_INTERPRETERS`: `python`, `ruby`, ...) that the user's PATH has and the
+sandbox's lacks (pyenv's `python` shim) gets its installation mounted read-only and its
+directory appended to PATH. The guard's own environment is visible only when the server is
+started with the guard's own Python (then it leads PATH, as before).
 """
 
 from __future__ import annotations
@@ -110,6 +113,68 @@ def interpreter_roots(command: list[str], dirs: list[str]) -> list[str]:
             if root and not root.startswith("/usr") and root not in roots:
                 roots.append(root)
     return roots
+
+
+# Interpreters a server may run by name on its user's behalf (a code runner's `python -u
+# FILE`, a tool's `ruby x.rb`): when the user's PATH has one the sandbox's lacks, it is
+# brought in (`user_interpreters`).
+USER_INTERPRETERS = (
+    "python", "python3", "node", "npx", "npm", "uv", "uvx", "ruby", "perl", "php", "deno", "bun",
+)  # fmt: skip
+
+
+def install_roots(program: str) -> list[str]:
+    """`install_root`, plus a venv's base installation (a venv is useless without it)."""
+    root = install_root(program)
+    if root is None:
+        return []
+    venv = venv_of(program)
+    base = venv[1] if venv is not None and venv[0] == root else None
+    return [root, *([base] if base and not base.startswith("/usr") else [])]
+
+
+def install_root(program: str) -> str | None:
+    """The directory tree `program` (as found on PATH, unresolved) needs to run: a version
+    manager's root for its shim (`<root>/shims/python`: pyenv, rbenv, nodenv, asdf run their
+    own code and version files under that root), a venv's root, else the prefix of the real
+    executable (`<prefix>/bin/node`). None for a prefix that is a home directory or `/`:
+    a personal bin directory is not an installation to expose."""
+    parent = os.path.dirname(os.path.abspath(program))
+    if os.path.basename(parent) == "shims":
+        root = os.path.dirname(parent)
+    elif (venv := venv_of(program)) is not None:
+        root = venv[0]
+    else:
+        real_dir = os.path.dirname(os.path.realpath(program))
+        if os.path.basename(real_dir) != "bin":
+            return None
+        root = os.path.dirname(real_dir)
+    homes = {os.path.expanduser("~"), "/root", "/home"}
+    if root in ("/", "") or root in homes or os.path.dirname(root) == "/home":
+        return None
+    return root
+
+
+def user_interpreters(sandbox_dirs: list[str], host_dirs: list[str]) -> list[tuple[str, str]]:
+    """(installation root, PATH directory) of each `USER_INTERPRETERS` name the user's PATH
+    resolves and the sandbox's PATH (`sandbox_dirs`, as they will be inside) does not. The
+    directory goes at the end of the sandbox's PATH, so a name the sandbox already resolves
+    keeps its program; the root is mounted read-only (plus a venv's base, as for the
+    command's own interpreter)."""
+    out: list[tuple[str, str]] = []
+    for name in USER_INTERPRETERS:
+        if which(name, sandbox_dirs) is not None:
+            continue
+        program = which(name, host_dirs)
+        roots = install_roots(program) if program is not None else []
+        if program is None or not roots or under(roots[0], ["/usr", *guard_prefixes()]):
+            continue  # the guard's own environment stays out (see the module docstring)
+        for root in roots:
+            entry = (root, os.path.dirname(program))
+            if entry not in out:
+                out.append(entry)
+        sandbox_dirs = [*sandbox_dirs, os.path.dirname(program)]
+    return out
 
 
 def sandbox_path(visible: list[str], guard: bool) -> list[str]:

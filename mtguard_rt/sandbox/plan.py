@@ -27,6 +27,7 @@ from .interp import (
     is_guard_python,
     sandbox_path,
     under,
+    user_interpreters,
     user_shell,
     which,
 )
@@ -123,6 +124,12 @@ def plan_sandbox(
     exposed = under(guard_state, [*mounts, *([workspace] if workspace else [])])
     hidden = [guard_state] if exposed else []
     path = sandbox_path(visible, guard)
+    if runtime and not guard:  # interpreters the server may run for its user, by name
+        for root, bin_dir in user_interpreters(path, host_dirs):
+            if os.path.isdir(root) and not under(root, visible):
+                binds.append(Bind(root, root, "ro"))
+                visible.append(root)
+            path += [bin_dir] if bin_dir not in path else []
     if runtime:
         check_command(command, path, visible, workspace, image)
     env = {"HOME": HOME, "USER": "mtguard", "PATH": ":".join(path), "LANG": "C.UTF-8",
