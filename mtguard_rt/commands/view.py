@@ -1,8 +1,10 @@
 """`mtguard view AUDIT.jsonl`: the audit log as coloured terminal trees, or an HTML report.
 
 Filters combine (`--denied`, `--tool`, `--call`). Colour only on a TTY unless `--color` or
-`--no-color` says otherwise. `--html FILE` writes one self-contained page instead. A
-malformed log line is one error line naming file and line (exit 2), not a traceback.
+`--no-color` says otherwise. `--html FILE` writes one self-contained page instead (call
+bodies built on demand from one compact data block: ~11 KB per call on the real-server
+suite). A call whose server never answered reads ERROR, not ALLOW. A malformed log line is
+one error line naming file and line (exit 2), not a traceback.
 """
 
 from __future__ import annotations

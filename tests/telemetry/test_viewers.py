@@ -161,8 +161,8 @@ def test_compact_view_hides_noise_but_keeps_the_key_read(
 
 
 def test_html_holds_each_string_once_and_bodies_lazily() -> None:
-    """51 calls touching the same key: each string naming it is in the page once; each call past the
-    first costs its row, summary and small node arrays (measured ~1.3 KB), not its tree."""
+    """51 calls touching the same key: each string naming it is in the page once; each call
+    past the first costs its row, summary and small node arrays (~1.3 KB), not its tree."""
     one = render_html([denied_record("0")])
     many = render_html([denied_record(str(i)) for i in range(51)])
     assert many.count(SSH_KEY) == one.count(SSH_KEY) > 0  # label, evidence: each once
