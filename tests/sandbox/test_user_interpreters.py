@@ -66,3 +66,32 @@ def test_a_home_directory_or_the_guards_environment_is_never_brought_in(
     assert user_interpreters(["/usr/bin"], [str(home / "bin")]) == []
     guard_bin = str(Path(sys.prefix) / "bin")
     assert all(not root.startswith(sys.prefix) for root, _ in user_interpreters([], [guard_bin]))
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_shimmed_python_runs_by_name_inside_a_real_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's `python` is a version manager's shim the sandbox PATH lacks (Debian's /usr
+    has python3 only): `sh -c 'python -c ...'` runs, as the server's users expect."""
+    import anyio
+
+    from mtguard_rt.sandbox import open_sandbox
+
+    manager = tmp_path / "mgr"
+    program(manager / "libexec" / "run", '#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
+    program(manager / "shims" / "python", f'#!/bin/sh\nexec "{manager}/libexec/run" "$@"\n')
+    monkeypatch.setenv("PATH", f"{manager}/shims:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    cmd = ["sh", "-c", "python -c 'print(6 * 7)'; command -v python3"]
+    async with open_sandbox(cmd) as sb:
+        out = b""
+        with anyio.fail_after(30):
+            try:
+                while True:
+                    out += await sb.stdout.receive()
+            except anyio.EndOfStream:
+                pass
+        assert await sb.wait() == 0, sb.stderr_tail()
+    assert out.decode().split() == ["42", "/usr/bin/python3"]
