@@ -12,7 +12,9 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,12 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    sock = tmp_path_factory.mktemp("agent") / "run" / "agent.sock"
+    with running_agent(tmp_path_factory.mktemp("agent") / "run" / "agent.sock") as started:
+        yield started
+
+
+@contextmanager
+def running_agent(sock: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     errlog = (sock.parent.parent / "agent.err").open("w")  # kept for a failure's story
     proc = subprocess.Popen(
         [MTGUARD, "agent", "run", "--socket", str(sock)],
@@ -301,3 +308,50 @@ async def test_with_the_agent_stopped_a_proxy_falls_back_and_says_so(
     assert any(x.startswith("uname -s") for x in argvs(audit)[-1])  # traced in-process
     said = (tmp_path / "err").read_text()
     assert f"monitor: in-process (no agent at {sock})" in said, said
+
+
+@pytest.mark.anyio
+async def test_an_agent_killed_mid_call_fails_the_guard_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL of the agent during a call: the library guard's monitor is lost, the call
+    and the guard end with MonitorLost (no answer from an unwatched server), promptly."""
+    from mtguard_rt import GuardConfig, open_guard
+    from mtguard_rt.errors import MonitorLost
+    from mtguard_rt.sandbox import SandboxConfig
+
+    with running_agent(tmp_path / "run" / "agent.sock") as (proc, sock):
+        monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
+        config = GuardConfig(
+            audit_log=None, telemetry={"exporter": "off"}, task="wait a moment",
+            sandbox=SandboxConfig(mounts=[str(SERVERS)]),
+        )  # fmt: skip
+        answered: list[Any] = []
+        started = time.monotonic()
+        with pytest.raises(BaseException) as info:  # which one: checked just below
+            with anyio.fail_after(120):
+                async with open_guard(config) as guard, guard.connect(
+                    [sys.executable, str(SERVERS / "terminal.py")], name="term"
+                ) as server:
+                    assert guard.monitor_mode.startswith("monitor: agent")
+                    async with anyio.create_task_group() as tg:
+
+                        async def call() -> None:
+                            answered.append(
+                                await server.call_tool("run_command", {"command": "sleep 8"})
+                            )
+
+                        tg.start_soon(call)
+                        await anyio.sleep(1.5)
+                        started = time.monotonic()
+                        os.kill(proc.pid, signal.SIGKILL)
+    took = time.monotonic() - started
+    assert not answered
+    group = info.value
+    lost = (
+        group.subgroup(lambda e: isinstance(e, MonitorLost))
+        if isinstance(group, BaseExceptionGroup)
+        else (group if isinstance(group, MonitorLost) else None)
+    )
+    assert lost is not None, repr(group)
+    assert took < 6, took  # well before the 8 s command would have answered
