@@ -212,15 +212,21 @@ class Supervisor:
             self.quarantined = why
 
     def _quarantine_after(self, verdict: Verdict) -> None:
-        """Quarantine on a confidentiality deny: a secret was read or carried (a kernel kill
-        on touch counts when it names a canary; a forbidden exec alone does not)."""
+        """Quarantine on a confidentiality deny: a secret was read or carried. A kernel kill
+        on touch, or a canary rule, counts when it names a readable canary or its marker; a
+        write-only canary (~/.bashrc: an integrity target, denied and rolled back) or a
+        forbidden exec alone does not."""
+        write_only = self.engine.policy.canary_write_only
+        secrets = [path for path in self.canaries if not write_only.matches(path)]
         for v in verdict.denying:
-            kernel = v.rule == "kill-on-touch" and any(
-                path in line for path in self.canaries for line in v.evidence
-            )
-            if v.rule in CONFIDENTIALITY or kernel:
-                self.quarantine(f"{v.rule} on {v.phase}-execution")
-                return
+            if v.rule not in CONFIDENTIALITY and v.rule != "kill-on-touch":
+                continue
+            if v.rule in ("canary-touched", "kill-on-touch") and not any(
+                path in line or "marker" in line for path in secrets for line in v.evidence
+            ):
+                continue
+            self.quarantine(f"{v.rule} on {v.phase}-execution")
+            return
 
     # -- tools and pins -------------------------------------------------------------------
     def observe_tools(self, tools: list[Message]) -> list[Any]:

@@ -69,9 +69,11 @@ async def test_canary_read_kills_the_call_before_its_write(tmp_path: Path) -> No
         )
         assert guard.servers["term"].kills[0].rule == "canary-touched"  # the first kill decides
 
-        # the server itself survived (the offender was its child) and still serves
-        again = await server.call_tool("run_command", {"command": "cat ok.txt"})
-        assert '"stdout": "hi\\n"' in again["content"][0]["text"]
+        # the server itself survived (the offender was its child) but held a secret: it is
+        # quarantined, so it cannot hand the key over on a later call
+        with pytest.raises(CallDenied) as later:
+            await server.call_tool("run_command", {"command": "cat ok.txt"})
+        assert later.value.record is not None and later.value.record.rules == ["quarantined"]
     assert not (ws / "after.txt").exists()
     assert (ws / "ok.txt").read_text() == "hi\n"
 

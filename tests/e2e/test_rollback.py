@@ -62,6 +62,14 @@ def config(ws: Path, mode: str, *, observe: bool = False) -> GuardConfig:
     )
 
 
+def lift_quarantine(guard: Any) -> None:
+    """A canary read quarantines the server (no later call is served); these tests go on
+    with the same sandbox to check the rollback baseline, as an operator who inspected it
+    would: lift the quarantine by hand."""
+    for supervisor in guard.servers.values():
+        supervisor.quarantined = None
+
+
 async def run(guard: Any, server: Any, command: str) -> AuditRecord:
     """One call; its record whether it was allowed or denied."""
     with anyio.fail_after(CALL_BOUND_S):
@@ -107,6 +115,7 @@ async def test_a_denied_call_leaves_the_workspace_byte_for_byte(tmp_path: Path, 
         assert report.fallback is None or "could not resolve" in report.fallback
 
         # the restored workspace is the baseline for what follows
+        lift_quarantine(guard)
         again = await run(guard, server, "cat keep.txt src/pkg/mod.py")
         assert again.decision == "allow" and again.rollback is not None
         assert (again.rollback.created, again.rollback.modified, again.rollback.deleted) == (
@@ -173,6 +182,7 @@ async def test_a_refused_restore_is_reported_alerted_and_retried(tmp_path: Path)
                 )
                 assert not (ws / "dropped.txt").exists()  # everything else was restored
 
+                lift_quarantine(guard)
                 still = await run(guard, server, "true")  # retried before the call: still refused
                 assert still.rollback is not None and still.rollback.error is not None
                 assert "an earlier failed restore left" in still.rollback.error
