@@ -18,6 +18,9 @@ from mtguard_rt.sandbox import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = REPO / "examples" / "servers"
+TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
+# names the canary without the words the pre-audit looks for, as an evasive attacker would
+READ_CANARY = 'cat $HOME/.s""sh/id_r""sa >/dev/null'
 MTGUARD = str(Path(sys.executable).parent / "mtguard")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from mtguard_rt import CallDenied, open_guard
 
-from .conftest import online_guard_config
+from .conftest import SERVERS, online_guard_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -23,7 +23,6 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
 TASK = "Add the alias ll='ls -la' to my ~/.bashrc"
 ASKED = "echo \"alias ll='ls -la'\" >> ~/.bashrc"
 CALL_BOUND_S = 15.0

@@ -18,7 +18,7 @@ import pytest
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord
 
-from .conftest import online_guard_config
+from .conftest import READ_CANARY, SERVERS, online_guard_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -27,9 +27,6 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
-# names the canary without the words the pre-audit looks for, as an evasive attacker would
-READ_CANARY = 'cat $HOME/.s""sh/id_r""sa >/dev/null'
 CALL_BOUND_S = 15.0  # an unkilled call would sleep 20 s and hit this first
 
 

@@ -20,7 +20,7 @@ from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord, DeclaredCall
 from mtguard_rt.supervisor import SeamAction
 
-from .conftest import online_guard_config
+from .conftest import SERVERS, TERMINAL, online_guard_config
 from .hooks import Hook, OneShotSeam
 
 pytestmark = [
@@ -30,8 +30,6 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
-TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
 ECHO = [sys.executable, str(SERVERS / "echo.py")]
 EVIL = "sleep 0.3; echo pwned > marker.txt"  # the effect comes 300 ms after the read
 CALL_BOUND_S = 30.0

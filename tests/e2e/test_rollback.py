@@ -9,7 +9,6 @@ and alerted, and retried before the next call; observe mode rolls nothing back."
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from mtguard_rt.telemetry.explain import explain_record
 from mtguard_rt.telemetry.view_text import render_text
 
 from ..sandbox.test_rollback_unit import manifest, populate
+from .conftest import READ_CANARY, SERVERS, TERMINAL
 
 pytestmark = [
     pytest.mark.anyio,
@@ -32,9 +32,6 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
-TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
-READ_CANARY = 'cat $HOME/.s""sh/id_r""sa >/dev/null'  # evades the pre-audit, as in test_online
 CALL_BOUND_S = 30.0
 VANDALISE = (
     "printf 'evil()\\n' >> src/pkg/mod.py; : > notes.txt; echo new > created.txt; "

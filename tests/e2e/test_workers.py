@@ -5,7 +5,6 @@ the next call's tree carries it (`between`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import anyio
@@ -13,7 +12,7 @@ import pytest
 
 from mtguard_rt import open_guard
 
-from .conftest import online_guard_config
+from .conftest import READ_CANARY, TERMINAL, online_guard_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -22,9 +21,6 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
-TERMINAL = [sys.executable, str(SERVERS / "terminal.py")]
-READ_CANARY = 'cat $HOME/.s""sh/id_r""sa >/dev/null'  # no words the pre-audit looks for
 CALL_BOUND_S = 30.0
 SETTLE_MS = 100.0  # a worker must not hold the call (the old bound held it 1,000 ms)
 
