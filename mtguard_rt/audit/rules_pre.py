@@ -57,13 +57,36 @@ def _task_asks_for(ctx: CallContext, text: str, hit: str) -> bool:
     return re.search(rf"(?<![\w.\-]){re.escape(hit)}(?![\w.\-])", task) is not None
 
 
+def _spells_out(text: str, path: str) -> bool:
+    """Does `text` write out the absolute `path`, or its home-relative form (~/, $HOME/)?
+    A bare name (".env") in prose is a kind of file, not that canary."""
+    parts = path.split("/")
+    rel = "/".join(parts[3:]) if len(parts) > 3 and parts[1] in ("home", "root") else None
+    if parts[1:2] == ["root"]:
+        rel = "/".join(parts[2:])
+    forms = [path, *([f"~/{rel}", f"$HOME/{rel}", f"${{HOME}}/{rel}"] if rel else [])]
+    return any(f in text for f in forms)
+
+
 def sensitive_file_arg(ctx: CallContext, policy: Policy) -> list[Violation]:
     """Arguments that name a sensitive file the task does not ask for, or already carry
     secret material (a canary's marker, private-key or cloud-key patterns): exfiltration
-    through the call itself."""
+    through the call itself. A non-command tool's prose (`_written_prose`: a thought saying
+    "never from a committed .env file") only talks about a file it names, unless a canary."""
     ev: list[str] = []
+    command_tool = policy.is_command_tool(ctx.call.tool, ctx.input_schema)
+    prose = {
+        f"argument {key!r}"
+        for key, text in ctx.arg_items
+        if _written_prose(key, text, command_tool)
+        and not any(_spells_out(text, canary) for canary in ctx.canaries)
+    }
     for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
-        if (hit := policy.sensitive_args.mention(text)) and not _task_asks_for(ctx, text, hit):
+        if (
+            (hit := policy.sensitive_args.mention(text))
+            and where not in prose
+            and not _task_asks_for(ctx, text, hit)
+        ):
             ev.append(f"{where} names {hit!r}")
         for path, marker in ctx.canaries.items():
             if marker and marker in text:
