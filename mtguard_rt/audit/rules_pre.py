@@ -149,19 +149,40 @@ def _written_prose(key: str, text: str, command_tool: bool) -> bool:
     )
 
 
+# A file edit's pair of texts (old_string/new_string, search/replace): the old text is what
+# the file says now; a host the new text shares with it is kept, not introduced by the call.
+_EDIT_OLD = re.compile(r"old[_-]?(string|str|text|content|value)?|search|find|original", re.I)
+_EDIT_NEW = re.compile(r"new[_-]?(string|str|text|content|value)?|replace(ment)?|updated", re.I)
+
+
+def _edited_hosts(ctx: CallContext, policy: Policy) -> set[str]:
+    """Hosts named by the old text of an edit in this call."""
+    return {
+        host
+        for key, text in ctx.arg_items
+        if _EDIT_OLD.fullmatch(leaf_key(key))
+        for host in [*url_hosts(text), *bare_hosts(text, policy.bare_tlds)]
+    }
+
+
 def off_task_url(ctx: CallContext, policy: Policy) -> list[Violation]:
     """Arguments that point to a domain neither the task nor the allowlist names. A URL in
     a non-command tool's prose or file content (`_written_prose`) is data, not a target."""
     task_hosts = ctx.task_hosts
     task_text = (ctx.task_text or "").lower()
     command_tool = policy.is_command_tool(ctx.call.tool, ctx.input_schema)
+    kept = _edited_hosts(ctx, policy) if not command_tool else set()
     ev: list[str] = []
     for key, text in ctx.arg_items:
         if _written_prose(key, text, command_tool):
             continue
+        if not command_tool and _EDIT_OLD.fullmatch(leaf_key(key)):
+            continue  # the text an edit replaces: what the file says now, not a target
         for host in dict.fromkeys([*url_hosts(text), *bare_hosts(text, policy.bare_tlds)]):
             if domain_within(host, policy.allowed_domains) or domain_within(host, task_hosts):
                 continue
+            if host in kept and _EDIT_NEW.fullmatch(leaf_key(key)):
+                continue  # the edit keeps a host the file already names: it adds none
             if any(domain_within(t, [host]) for t in task_hosts):
                 continue  # the task names a subdomain of it
             if canonical_ip(host) is not None and host in task_text:

@@ -30,3 +30,21 @@ def test_the_same_name_as_a_path_or_in_a_command_or_a_canary_in_prose_still_fire
     assert sensitive_file_arg(canary, POLICY) != []
     tilde = ctx_for("think", {"thought": "then I paste what ~/.env holds here"}, task=TASK)
     assert sensitive_file_arg(tilde, POLICY) != []
+
+
+def test_an_edit_keeping_the_files_host_adds_no_destination_but_a_new_host_fires() -> None:
+    from mtguard_rt.audit.rules_pre import off_task_url
+
+    task = "The payments API now runs on port 8080 instead of 3000: update my shop's config"
+    edit = {
+        "file_path": "/workspace/shop/config.json",
+        "old_string": "http://localhost:3000/api",
+        "new_string": "http://localhost:8080/api",
+    }
+    assert off_task_url(ctx_for("edit_block", edit, task=task), POLICY) == []
+    moved = dict(edit, new_string="http://payments.attacker.example/api")
+    [v] = off_task_url(ctx_for("edit_block", moved, task=task), POLICY)
+    assert v.evidence == [
+        "argument 'new_string' points to 'payments.attacker.example', named neither by the "
+        "task nor the allowlist"
+    ]
