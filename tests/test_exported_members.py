@@ -7,7 +7,7 @@ def test_all_members_exist_and_are_public() -> None:
     for name in mtguard_rt.__all__:
         assert hasattr(mtguard_rt, name), name
     public = {n for n in dir(mtguard_rt) if not n.startswith("_")}
-    modules = {"audit", "cli", "commands", "config", "errors", "eval", "guard", "model", "monitor",
-               "paths", "proxy", "sandbox", "supervisor", "telemetry", "demo", "doctor",
-               "hostconfig"}
+    modules = {"agent", "audit", "cli", "commands", "config", "errors", "eval", "guard", "model",
+               "monitor", "paths", "proxy", "sandbox", "supervisor", "telemetry", "demo",
+               "doctor", "hostconfig"}
     assert public - set(mtguard_rt.__all__) <= modules
