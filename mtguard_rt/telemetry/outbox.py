@@ -10,6 +10,7 @@ Counters: sent, failed (gave up), dropped (queue full, closed, or in flight at c
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ class DeliveryRefused(Exception):
     """Raised by `_deliver` when the receiver rejects the batch for good (e.g. HTTP 400)."""
 
 
-class AlertOutbox:
+class AlertOutbox(ABC):
     """Base class of the Alertmanager and syslog outputs; subclasses define `_deliver`."""
 
     name = "outbox"
@@ -109,8 +110,9 @@ class AlertOutbox:
             return
         self.failed += len(batch)
 
+    @abstractmethod
     async def _deliver(self, batch: Sequence[Alert]) -> None:
-        raise NotImplementedError
+        """Send one batch within the output's own timeout (DeliveryRetry / DeliveryRefused)."""
 
     async def _aclose(self) -> None:
         """Release the output's connection; called once, shielded, when `run` ends."""
