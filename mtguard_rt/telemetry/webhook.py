@@ -1,25 +1,26 @@
 """Alert webhook: POST one JSON object per alert, off the call path.
 
-`submit` is sync and never blocks: a full queue is a counted drop. `run` (owned by the
-telemetry task group) delivers in order with a per-request timeout and bounded retries with
-exponential backoff on connection errors, timeouts, 429 and 5xx; other statuses fail at once.
+An `AlertOutbox` (bounded queue, counted drops, bounded retries with exponential backoff)
+delivering batches of one: each alert is one POST with a per-request timeout. Connection
+errors, timeouts, 429 and 5xx are retried; other statuses fail at once.
 Counters: sent, failed (gave up), dropped (queue full or closed).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-import anyio
 import httpx
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .outbox import Alert, AlertOutbox, DeliveryRefused, DeliveryRetry
 
 log = logging.getLogger(__name__)
 
 
-class WebhookSender:
+class WebhookSender(AlertOutbox):
+    name = "webhook"
+
     def __init__(
         self,
         url: str,
@@ -31,73 +32,23 @@ class WebhookSender:
         queue_size: int = 256,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        super().__init__(retries=retries, backoff=backoff, queue_size=queue_size, max_batch=1)
         self.url = url
-        self._headers = dict(headers or {})
-        self._timeout = timeout
-        self._retries = retries
-        self._backoff = backoff
-        self._transport = transport
-        self._send: MemoryObjectSendStream[dict[str, Any]]
-        self._recv: MemoryObjectReceiveStream[dict[str, Any]]
-        self._send, self._recv = anyio.create_memory_object_stream[dict[str, Any]](queue_size)
-        self.sent = 0
-        self.failed = 0
-        self.dropped = 0
+        self._client = httpx.AsyncClient(
+            timeout=timeout, headers=dict(headers or {}), transport=transport
+        )
 
-    def submit(self, payload: dict[str, Any]) -> bool:
-        """Queue one alert; False (and a counted drop) when the queue is full or closed."""
-        try:
-            self._send.send_nowait(payload)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self.dropped += 1
-            return False
-        return True
-
-    def close(self) -> None:
-        """No more alerts; `run` returns once the queue is delivered."""
-        self._send.close()
-
-    def abandon(self) -> int:
-        """Count what is still queued as dropped (after a cancelled shutdown)."""
-        left = 0
-        while True:
+    async def _deliver(self, batch: Sequence[Alert]) -> None:
+        for payload in batch:
             try:
-                self._recv.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
-            left += 1
-        self.dropped += left
-        self._recv.close()
-        return left
-
-    async def run(self) -> None:
-        """Deliver until `close()` and the queue is empty; cancellation drops the in-flight one."""
-        async with (
-            httpx.AsyncClient(
-                timeout=self._timeout, headers=self._headers, transport=self._transport
-            ) as client,
-            self._recv.clone() as recv,
-        ):
-            async for payload in recv:
-                try:
-                    await self._deliver(client, payload)
-                except anyio.get_cancelled_exc_class():
-                    self.dropped += 1
-                    raise
-
-    async def _deliver(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> None:
-        for attempt in range(self._retries + 1):
-            if attempt:
-                await anyio.sleep(self._backoff * 2 ** (attempt - 1))  # backoff, not a poll
-            try:
-                response = await client.post(self.url, json=payload)
+                response = await self._client.post(self.url, json=payload)
             except httpx.HTTPError as exc:
-                log.debug("webhook %s attempt %d: %s", self.url, attempt + 1, exc)
-                continue
+                raise DeliveryRetry(f"{self.url}: {exc}") from exc
             if response.is_success:
-                self.sent += 1
-                return
-            if response.status_code != 429 and response.status_code < 500:
-                log.warning("webhook %s refused an alert: HTTP %d", self.url, response.status_code)
-                break
-        self.failed += 1
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                raise DeliveryRetry(f"{self.url}: HTTP {response.status_code}")
+            raise DeliveryRefused(f"{self.url}: HTTP {response.status_code}")
+
+    async def _aclose(self) -> None:
+        await self._client.aclose()
