@@ -25,6 +25,7 @@ import anyio
 import msgspec
 
 from . import __version__
+from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
 from .config import GuardConfig
 from .errors import CallDenied, GuardError, ServerExited
@@ -111,6 +112,7 @@ class Guard:
         self.monitor_mode = "monitor: off" if monitor is None else "monitor: in-process"
         self.telemetry = telemetry
         self.audit_log = audit_log
+        self.agent: Any = None  # the host agent's connection, which counts our calls
         self.dispatch_hook = dispatch_hook
         self.observe = config.observe
         self.servers: dict[str, Supervisor] = {}
@@ -125,6 +127,8 @@ class Guard:
             record.trace_id = self.telemetry.emit(record, traceparent=traceparent, alert=alert)
         if self.audit_log is not None:
             self.audit_log.write_sync(record)
+        if self.agent is not None:
+            self.agent.report(call_report(record))
         self.records.append(record)
         del self.records[: -self.keep_records]
 
@@ -346,6 +350,7 @@ async def open_guard(
         )
         if mon is not None:
             guard.monitor_mode = mode
+            guard.agent = remote
         yield guard
 
 

@@ -9,7 +9,7 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (eBPF and Docker need it): sudo make ${MAKE_TARGET:-test}"
 
 pkgs=(docker.io python3-bpfcc bpfcc-tools linux-headers-amd64 iproute2 chromium chromium-headless-shell git
-      prometheus-alertmanager rsyslog systemd)  # alert-output tests start their own daemons
+      prometheus prometheus-alertmanager rsyslog systemd)  # alert/metrics tests start their own daemons
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -22,7 +22,9 @@ from ..errors import MonitorLost
 from .protocol import (
     TAG_EVENT,
     TAG_REPLY,
+    TAG_REPORT,
     TAG_REQUEST,
+    CallReport,
     FrameBuffer,
     Request,
     encode,
@@ -145,6 +147,15 @@ class RemoteProgram:
     def consume(self, limit: int = 0) -> bool:
         self.call(Request(op="sync"))
         return False
+
+    def report(self, rep: CallReport) -> None:
+        """One call's figures for the agent's metrics: sent, never answered. A lost agent
+        is noticed by the next request, which fails the guard closed."""
+        if not self.lost:
+            try:
+                self._sock.sendall(encode(TAG_REPORT, rep))
+            except OSError:
+                pass
 
     def status(self) -> dict[str, Any]:
         value: dict[str, Any] = self.call(Request(op="status"))

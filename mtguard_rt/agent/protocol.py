@@ -2,8 +2,9 @@
 
 A frame is a 4-byte big-endian length, then a 1-byte tag, then the payload (the length
 counts both). Tags: `Q` a `Request` (guard -> agent), `R` its `Reply` (in order, one per
-request), `E` one `RawEvent` of a cgroup the connection watches. Events and replies share
-the connection in the agent's order, so a `sync` reply follows every event read before it.
+request), `E` one `RawEvent` of a cgroup the connection watches, `M` a `CallReport` (guard ->
+agent, no reply: the figures the agent's metrics count). Events and replies share the
+connection in the agent's order, so a `sync` reply follows every event read before it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import msgspec
 
 from ..monitor.decode import RawEvent
 
-TAG_REQUEST, TAG_REPLY, TAG_EVENT = b"Q", b"R", b"E"
+TAG_REQUEST, TAG_REPLY, TAG_EVENT, TAG_REPORT = b"Q", b"R", b"E", b"M"
 MAX_FRAME = 16 << 20  # a request or reply this big is a bug or an attack: the peer is cut
 _LEN = struct.Struct(">I")
 
@@ -31,6 +32,19 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     fds: list[tuple[int, int, int]] = msgspec.field(default_factory=list)  # pid, fd, stream
 
 
+class CallReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One audited call, as the agent's metrics count it (no arguments, no content)."""
+
+    server: str
+    decision: str  # allow | deny
+    mode: str  # enforce | observe
+    # (rule, phase, mode) of each violation
+    violations: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    kills: list[str] = msgspec.field(default_factory=list)  # per killed process: what decided
+    rollback: str = ""  # the rollback's action, when one ran
+    stages_ms: dict[str, float] = msgspec.field(default_factory=dict)  # pre settle post total
+
+
 class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
     ok: bool = True
     value: Any = None
@@ -41,6 +55,7 @@ _enc = msgspec.msgpack.Encoder()
 request_decoder = msgspec.msgpack.Decoder(Request)
 reply_decoder = msgspec.msgpack.Decoder(Reply)
 event_decoder = msgspec.msgpack.Decoder(RawEvent)
+report_decoder = msgspec.msgpack.Decoder(CallReport)
 
 
 def frame(tag: bytes, payload: bytes) -> bytes:

@@ -5,7 +5,9 @@ checked (SO_PEERCRED: uid 0 or ours). A connection owns the cgroups it asked to 
 each record goes to the owner of its cgroup, none to anyone else. A connection that ends,
 however it ends (a proxy SIGKILLed), gives its cgroups back: out of the kernel filter, its
 protected paths and wire fds forgotten; the others are served on. Each connection's queue
-of unsent bytes is bounded: past it, events are counted lost (reported as drops).
+of unsent bytes is bounded: past it, events are counted lost (reported as drops). Guards
+report each audited call (`M` frames); with a metrics address the agent serves them, and its
+own figures, to Prometheus (agent/metrics.py).
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ from anyio.abc import SocketAttribute
 
 from ..errors import GuardError
 from ..monitor.loader import BpfProgram, load_program
+from .metrics import AgentMetrics, serve_metrics
 from .protocol import (
     TAG_EVENT,
     TAG_REPLY,
+    TAG_REPORT,
     TAG_REQUEST,
     FrameBuffer,
     Reply,
     Request,
     encode,
     frame,
+    report_decoder,
     request_decoder,
 )
 
@@ -88,6 +93,8 @@ class Agent:
         self.events_total = 0
         self.events_unrouted = 0
         self.connections_total = 0
+        self.metrics = AgentMetrics()
+        self.metrics_port: int | None = None
         self._dirty: set[Connection] = set()
         self._encode: Callable[[Any], bytes] = msgspec.msgpack.Encoder().encode
         self.stop = anyio.Event()
@@ -131,6 +138,7 @@ class Agent:
             "events_unrouted": self.events_unrouted,
             "drops": self.program.drops(),
             "lost_by_connection": sum(c.lost for c in self.connections),
+            "metrics_port": self.metrics_port,
             "peers": [
                 {"pid": c.pid, "uid": c.uid, "cgroups": sorted(c.cgroups), "events": c.events}
                 for c in sorted(self.connections, key=lambda c: c.pid)
@@ -235,6 +243,12 @@ class Agent:
             except ValueError:
                 return  # not our protocol: hang up
             for tag, payload in frames:
+                if tag == TAG_REPORT:
+                    try:
+                        self.metrics.observe(report_decoder.decode(payload))
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        self.metrics.reports_bad += 1
+                    continue
                 if tag != TAG_REQUEST:
                     return
                 try:
@@ -264,9 +278,11 @@ async def serve_agent(
     path: Path,
     ring_pages: int = 4096,
     *,
+    metrics: tuple[str, int] | None = None,
     task_status: anyio.abc.TaskStatus[Agent] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Load the program, listen at `path` and serve until a `stop` request or cancel."""
+    """Load the program, listen at `path` (and serve Prometheus metrics on `metrics`,
+    host and port, when given) until a `stop` request or cancel."""
     _listen_path(path)
     program = load_program(ring_pages)
     if program.has_sink():
@@ -282,6 +298,9 @@ async def serve_agent(
         async with listener, anyio.create_task_group() as tg:
             await tg.start(agent.read)
             tg.start_soon(listener.serve, agent.serve, tg)
+            if metrics is not None:
+                render = lambda: agent.metrics.render(agent.status())  # noqa: E731
+                agent.metrics_port = await tg.start(serve_metrics, metrics, render)
             task_status.started(agent)
             await agent.stop.wait()
             tg.cancel_scope.cancel()

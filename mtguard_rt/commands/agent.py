@@ -18,6 +18,9 @@ def register(sub: Any) -> None:
     p.add_argument("--socket", help="unix socket (default $MTGUARD_AGENT_SOCKET, else "
                    "/run/mtguard/agent.sock as root)")  # fmt: skip
     p.add_argument("--ring-pages", type=int, default=4096, help="ring buffer pages (run)")
+    p.add_argument("--metrics", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (run; default: "
+                   "off; e.g. 127.0.0.1:9464, keep it on loopback)")  # fmt: skip
     p.set_defaults(func=handler)
 
 
@@ -28,7 +31,16 @@ def handler(args: argparse.Namespace) -> int:
 
     path = Path(args.socket) if args.socket else agent_socket_path()
     if args.action == "run":
-        return _run(path, args.ring_pages)
+        metrics = None
+        if args.metrics:
+            from ..agent.metrics import parse_address
+
+            try:
+                metrics = parse_address(args.metrics)
+            except ValueError as exc:
+                print(f"mtguard: {exc}", file=sys.stderr)
+                return 2
+        return _run(path, args.ring_pages, metrics)
     from ..agent.client import AgentUnavailable, connect_agent
     from ..agent.protocol import Request
     from ..errors import MonitorLost
@@ -52,8 +64,9 @@ def handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(path: Any, ring_pages: int) -> int:
+def _run(path: Any, ring_pages: int, metrics: tuple[str, int] | None) -> int:
     import signal
+    from functools import partial
 
     import anyio
 
@@ -68,10 +81,14 @@ def _run(path: Any, ring_pages: int) -> int:
                         agent.stop.set()
                         return
 
-            agent: Agent = await tg.start(serve_agent, path, ring_pages)
+            agent: Agent = await tg.start(partial(serve_agent, path, ring_pages, metrics=metrics))
             load_ms = agent.program.load_s * 1000
+            where = ""
+            if metrics is not None:
+                host = f"[{metrics[0]}]" if ":" in metrics[0] else metrics[0]
+                where = f", metrics at http://{host}:{agent.metrics_port}/metrics"
             print(f"mtguard: agent (pid {agent.status()['pid']}) serving at {path}, "
-                  f"program loaded in {load_ms:.0f} ms", flush=True)  # fmt: skip
+                  f"program loaded in {load_ms:.0f} ms{where}", flush=True)  # fmt: skip
             tg.start_soon(until_signal, agent)
             await agent.stop.wait()
             tg.cancel_scope.cancel()
