@@ -8,6 +8,7 @@
  * All constants (EV_*, EVF_*, sizes) are -D cflags set by mtguard_rt/monitor/loader.py.
  */
 #include <uapi/linux/ptrace.h>
+#include <linux/signal.h> /* siginfo_t: the signal syscalls' tracepoint records name it */
 #include "events.h"
 
 #define AT_FDCWD_ (-100)
@@ -769,6 +770,9 @@ TRACEPOINT_PROBE(syscalls, sys_exit_fcntl) { return io_exit(args->ret); }
 
 /* ---- processes ---------------------------------------------------------------- */
 
+/* thread tid -> its tgid, for threads created by watched processes (signals block) */
+BPF_TABLE("lru_hash", u32, u32, threads, MT_MAX_PENDING);
+
 TRACEPOINT_PROBE(syscalls, sys_enter_clone)
 {
     if (!watched())
@@ -799,8 +803,12 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
     u64 flags = fl ? *fl : 0;
     if (fl)
         clone_flags.delete(&tid);
-    if (flags & CLONE_THREAD_)
+    if (flags & CLONE_THREAD_) { /* signals: a thread-directed signal names its process */
+        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+        u32 child = args->child_pid;
+        threads.update(&child, &tgid);
         return 0;
+    }
     wire_fork(args->child_pid); /* stdio integrity */
     sock_fork(args->child_pid); /* net transport */
     struct event *e = new_event(EV_FORK);
@@ -964,7 +972,12 @@ TRACEPOINT_PROBE(syscalls, sys_enter_exit) { return remember_exit_code(args->err
 
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
-    if (!args->group_dead || !watched())
+    if (!args->group_dead) { /* a thread ended: its tid may be reused by another process */
+        u32 tid = (u32)bpf_get_current_pid_tgid();
+        threads.delete(&tid);
+        return 0;
+    }
+    if (!watched())
         return 0;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     sock_parent.delete(&tgid); /* net transport: a reused pid must not inherit */
@@ -980,6 +993,130 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     submit(e);
     return 0;
 }
+
+/* ---- signals ------------------------------------------------------------------ *
+ * kill, tkill, tgkill, pidfd_send_signal, rt_sigqueueinfo, rt_tgsigqueueinfo of a watched
+ * task: one EV_SIGNAL record at the syscall's exit. The pids the sender passes are in its
+ * own pid namespace; which tasks the kernel really signalled comes from signal:signal_generate,
+ * which fires in the sender's context inside the syscall with the target's global pid
+ * (paired through `sig_gen`, keyed by tid: a miss there is one lookup per signal host-wide).
+ * Signal 0 (a probe) and refused sends generate nothing. A thread's tid is mapped to its
+ * process through `threads` (threads created while watched). Record: a0 = the target as
+ * passed (pid, tgid or pidfd), a1 = the tid passed (low 32 bits) | first generation's
+ * TRACE_SIGNAL_* result << 32, a2 = signal, a3 = MT_SIG_* syscall | generated count << 8
+ * (capped) | first target's global tid << 32, addr = the first MT_SIG_TARGETS targets'
+ * global tgids (u32 each), str1 = the first target's comm, ret = the syscall's result. */
+struct sig_gen {
+    u32 tgid[MT_SIG_TARGETS];
+    u32 tid0;
+    s32 result0;
+    u32 count;
+    u32 pad;
+    char comm[16];
+};
+BPF_TABLE("lru_hash", u32, struct sig_gen, sig_gen, MT_MAX_PENDING);
+
+static __always_inline int sig_enter(u32 code, s64 target, s64 tid, s64 sig)
+{
+    if (!watched())
+        return 0;
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    struct pending p = {};
+    p.kind = EV_SIGNAL;
+    p.a[0] = target;
+    p.a[1] = tid;
+    p.a[2] = sig;
+    p.a[3] = code;
+    pending.update(&me, &p);
+    struct sig_gen g = {};
+    sig_gen.update(&me, &g);
+    return 0;
+}
+
+TRACEPOINT_PROBE(signal, signal_generate)
+{
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    struct sig_gen *g = sig_gen.lookup(&me);
+    if (!g)
+        return 0;
+    u32 tid = args->pid;
+    u32 *up = threads.lookup(&tid);
+    u32 tgid = up ? *up : tid;
+    u32 i = g->count;
+    if (i < MT_SIG_TARGETS)
+        g->tgid[i & (MT_SIG_TARGETS - 1)] = tgid;
+    if (i == 0) {
+        g->tid0 = tid;
+        g->result0 = args->result;
+        __builtin_memcpy(g->comm, args->comm, sizeof(g->comm));
+    }
+    if (i < 0xffffff)
+        g->count = i + 1;
+    return 0;
+}
+
+static __always_inline int sig_exit(long ret)
+{
+    struct pending p;
+    if (!take(EV_SIGNAL, &p))
+        return 0;
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    struct sig_gen *g = sig_gen.lookup(&me);
+    struct event *e = new_event(EV_SIGNAL);
+    if (!e) {
+        sig_gen.delete(&me);
+        return 0;
+    }
+    e->ret = ret;
+    e->a0 = (s32)p.a[0];
+    e->a2 = (s32)p.a[2];
+    u64 a1 = (u32)p.a[1];
+    u64 a3 = p.a[3] & 0xff;
+    if (g) {
+        a1 |= (u64)(u32)g->result0 << 32;
+        a3 |= ((u64)g->count & 0xffffff) << 8;
+        a3 |= (u64)g->tid0 << 32;
+        __builtin_memcpy(e->addr, g->tgid, sizeof(e->addr));
+        if (g->count) {
+            __builtin_memcpy(e->data, g->comm, sizeof(g->comm));
+            e->data[sizeof(g->comm) - 1] = 0;
+            e->len1 = sizeof(g->comm);
+        }
+        sig_gen.delete(&me);
+    }
+    e->a1 = a1;
+    e->a3 = a3;
+    submit(e);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_kill) { return sig_enter(MT_SIG_KILL, args->pid, 0, args->sig); }
+TRACEPOINT_PROBE(syscalls, sys_enter_tkill)
+{
+    return sig_enter(MT_SIG_TKILL, args->pid, args->pid, args->sig);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_tgkill)
+{
+    return sig_enter(MT_SIG_TGKILL, args->tgid, args->pid, args->sig);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_pidfd_send_signal)
+{
+    return sig_enter(MT_SIG_PIDFD, args->pidfd, 0, args->sig);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_rt_sigqueueinfo)
+{
+    return sig_enter(MT_SIG_QUEUE, args->pid, 0, args->sig);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_rt_tgsigqueueinfo)
+{
+    return sig_enter(MT_SIG_TGQUEUE, args->tgid, args->pid, args->sig);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_kill) { return sig_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_tkill) { return sig_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_tgkill) { return sig_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_pidfd_send_signal) { return sig_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_rt_sigqueueinfo) { return sig_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_rt_tgsigqueueinfo) { return sig_exit(args->ret); }
 
 /* ---- files -------------------------------------------------------------------- */
 
@@ -1144,12 +1281,14 @@ TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
                   args->flags);
 }
 
-static __always_inline int rename_exit(long ret)
+/* Two-name operations (rename, link, symlink): pending a[0] = dirfd of name 1, a[1] = name 1,
+ * a[2] = dirfd of name 2, a[3] = name 2, a[4] = flags -> a0, str1, a1, str2, a2. */
+static __always_inline int two_path_exit(u32 kind, long ret)
 {
     struct pending p;
-    if (!take(EV_RENAME, &p))
+    if (!take(kind, &p))
         return 0;
-    struct event *e = new_event(EV_RENAME);
+    struct event *e = new_event(kind);
     if (!e)
         return 0;
     e->ret = ret;
@@ -1161,9 +1300,34 @@ static __always_inline int rename_exit(long ret)
     submit(e);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_rename) { return rename_exit(args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_exit_renameat) { return rename_exit(args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_exit_renameat2) { return rename_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_rename) { return two_path_exit(EV_RENAME, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_renameat) { return two_path_exit(EV_RENAME, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_renameat2) { return two_path_exit(EV_RENAME, args->ret); }
+
+/* links: str1 = the new name (a0 its dirfd), str2 = the symlink's text as given (EV_SYMLINK,
+ * never resolved: it is read relative to the link's directory when followed) or the existing
+ * file of a hard link (EV_LINK, a1 its dirfd, a2 linkat's flags) */
+TRACEPOINT_PROBE(syscalls, sys_enter_symlink)
+{
+    return enter6(EV_SYMLINK, AT_FDCWD_, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_symlinkat)
+{
+    return enter6(EV_SYMLINK, args->newdfd, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_link)
+{
+    return enter6(EV_LINK, AT_FDCWD_, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_enter_linkat)
+{
+    return enter6(EV_LINK, args->newdfd, (u64)args->newname, args->olddfd, (u64)args->oldname,
+                  args->flags);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_symlink) { return two_path_exit(EV_SYMLINK, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_symlinkat) { return two_path_exit(EV_SYMLINK, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_link) { return two_path_exit(EV_LINK, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_linkat) { return two_path_exit(EV_LINK, args->ret); }
 
 /* fd bookkeeping so user space can resolve dirfd-relative names */
 TRACEPOINT_PROBE(syscalls, sys_enter_close)

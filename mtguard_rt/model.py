@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 import msgspec
 
-FileOp = Literal["open", "unlink", "rename", "mkdir", "rmdir", "chmod", "chdir"]
+FileOp = Literal[
+    "open", "unlink", "rename", "mkdir", "rmdir", "chmod", "chdir", "symlink", "link"
+]
 Decision = Literal["allow", "deny"]
 Phase = Literal["pre", "post"]
 Mode = Literal["enforce", "observe", "off"]
@@ -34,7 +36,9 @@ class FileEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     op: FileOp
     path: str  # absolute when `resolved`, else the raw name as the process passed it
     resolved: bool = True
-    target: str | None = None  # rename destination
+    # rename: the destination; symlink: the link's text as given (not resolved: it is read
+    # relative to the link's directory); link (hard): the existing file the new name joins
+    target: str | None = None
     flags: list[str] = msgspec.field(default_factory=list)  # read, write, create, truncate
     mode: int | None = None  # chmod/mkdir/creat mode bits
     result: int = 0  # syscall return value: fd or 0 on success, -errno on failure
@@ -108,6 +112,58 @@ class ExecEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     result: int = 0  # 0 on success, -errno when the exec failed
 
 
+SignalRelation = Literal["self", "descendant", "sandbox", "outside", "unknown"]
+
+
+class SignalEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A signal this process sent (kill, tkill, tgkill, pidfd_send_signal, rt_sigqueueinfo,
+    rt_tgsigqueueinfo). `target_pid` is what the sender passed, in the sandbox's pid
+    namespace (a negative kill() target is a process group; for pidfd_send_signal it is the
+    pidfd). Who the kernel really signalled comes from its signal_generate tracepoint:
+    `target_key` (the tree's process, when the target is in the tree), `target_host_pid`,
+    `target_comm`, and `delivered` (how many tasks got it; 0 for a probe, signal 0, or a
+    refused send). `relation` of the target to the sender: itself (or one of its threads),
+    a descendant, another process of the sandbox, outside the tree, or unknown (nothing was
+    generated). `started_in_call`: the target began during this call's window."""
+
+    ts_ns: int
+    syscall: str
+    signal: int
+    name: str  # "SIGTERM", "0" for a probe, "SIGRT3"...
+    target_pid: int
+    thread: bool = False  # directed at one thread (tkill, tgkill, rt_tgsigqueueinfo)
+    target_tid: int | None = None  # the tid passed to tgkill / rt_tgsigqueueinfo
+    pidfd: bool = False  # target_pid is a pidfd, resolved only through what was generated
+    target_key: str | None = None
+    target_host_pid: int | None = None
+    target_comm: str | None = None
+    target_argv: list[str] = msgspec.field(default_factory=list)  # when the target is in the tree
+    relation: SignalRelation = "unknown"
+    started_in_call: bool = False
+    delivered: int = 0
+    more_targets: list[str] = msgspec.field(default_factory=list)  # keys/host pids beyond the first
+    result: int = 0  # the syscall's return: 0, or -errno
+
+    @property
+    def summary(self) -> str:
+        """`kill SIGKILL -> pid 7 (sleep 600), sandbox` and the like (viewers, rules)."""
+        to = f"pidfd {self.target_pid}" if self.pidfd else f"pid {self.target_pid}"
+        if self.thread and self.target_tid is not None:
+            to += f" tid {self.target_tid}"
+        who = " ".join(self.target_argv) or self.target_comm or ""
+        text = f"{self.syscall} {self.name} -> {to}"
+        if who:
+            text += f" ({who[:120]})"
+        text += f", {self.relation}"
+        if self.delivered > 1:
+            text += f", {self.delivered} tasks"
+        if self.result < 0:
+            text += f", failed {self.result}"
+        elif self.signal != 0 and self.delivered == 0:
+            text += ", nothing signalled"
+        return text
+
+
 class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One process (identity: pid + start time, so pid reuse cannot merge two)."""
 
@@ -130,6 +186,7 @@ class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
     files: list[FileEvent] = msgspec.field(default_factory=list)
     net: list[NetEvent] = msgspec.field(default_factory=list)
     dns: list[DnsEvent] = msgspec.field(default_factory=list)
+    signals: list[SignalEvent] = msgspec.field(default_factory=list)
 
     @property
     def command_line(self) -> str:

@@ -27,6 +27,7 @@ from .dns import decode_dns
 from .kinds import BLIND_SPOTS, NP_AT_CONNECT, NP_AT_INGRESS, TRANSPORTS, Flag, Kind
 from .paths import AT_FDCWD, FsState, text
 from .procfs import SeedProcess
+from .signals import signal_event
 from .stdio import StdioAssembler
 
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
@@ -40,6 +41,7 @@ PATH_OPS: dict[int, FileOp] = {
 }
 
 Lookup = Callable[[int], SeedProcess | None]
+
 
 
 def open_flags(flags: int) -> list[str]:
@@ -70,6 +72,7 @@ NP_OPS: dict[int, Literal["connect", "accept", "send"]] = {
     NP_AT_INGRESS: "accept",
 }
 K_OPEN, K_CLOSE = int(Kind.OPEN), int(Kind.CLOSE)
+K_SYMLINK, K_LINK, K_SIGNAL = int(Kind.SYMLINK), int(Kind.LINK), int(Kind.SIGNAL)
 K_STDIO = int(Kind.STDIO)
 _flag_cache: dict[int, list[str]] = {}
 
@@ -251,6 +254,10 @@ class TreeBuilder:
                     result=ev.ret,
                 )
             )
+        elif kind == K_SYMLINK or kind == K_LINK:
+            self._link(proc, ev)
+        elif kind == K_SIGNAL:
+            self._signal(proc, ev)
         elif kind in (Kind.CONNECT, Kind.ACCEPT):
             family = FAMILIES.get(ev.a1)
             if family is None:
@@ -329,6 +336,30 @@ class TreeBuilder:
         if kind == Kind.CHDIR and ev.ret == 0:
             proc.fs.cwd = path if ok else None
             proc.node.cwd = proc.fs.cwd
+
+    def _link(self, proc: _Proc, ev: RawEvent) -> None:
+        """symlink: `path` the new name, `target` its text as given; link: `target` the
+        existing file, resolved like `path`."""
+        path, ok = proc.fs.resolve(ev.a0, ev.s1, bool(ev.flags & F_TRUNC1))
+        if ev.kind == K_SYMLINK:
+            op: FileOp = "symlink"
+            target = text(ev.s2)
+        else:
+            op = "link"
+            target, ok2 = proc.fs.resolve(ev.a1, ev.s2, bool(ev.flags & F_TRUNC2))
+            ok = ok and ok2
+        proc.node.files.append(
+            FileEvent(
+                ts_ns=ev.ts_ns, op=op, path=path, target=target, resolved=ok, result=ev.ret
+            )
+        )
+
+    def _signal(self, proc: _Proc, ev: RawEvent) -> None:
+        procs = self._procs
+        proc.node.signals.append(
+            signal_event(ev, proc.node, lambda pid: n.node if (n := procs.get(pid)) else None,
+                         self.start_ns)
+        )
 
     def _net_sent(self, node: ProcessNode, ev: RawEvent) -> None:
         """Datagrams sent: counted on the socket's connect when the destination is its

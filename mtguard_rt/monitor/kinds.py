@@ -38,6 +38,15 @@ class Kind(enum.IntEnum):
     # network policy (egress.bpf.c): a connect/sendmsg refused with EPERM, or packets dropped
     # (a0 NP_AT_*, a1 family, a2 port, a3 transport, ret packets refused so far, 0: one call)
     NET_REFUSED = 22
+    # links (str1 the new name, a0 its dirfd; str2 the link text as given / the existing file,
+    # a1 its dirfd; a2 linkat's flags)
+    SYMLINK = 23
+    LINK = 24
+    # a signal sent (kill, tkill, tgkill, pidfd_send_signal, rt_(tg)sigqueueinfo): a0 target as
+    # passed, a1 tid passed | first delivery result << 32, a2 signal, a3 SIG_* syscall |
+    # count << 8 | first target's global tid << 32, addr the first SIG_TARGETS global tgids,
+    # str1 the first target's comm (see monitor.bpf.c's signals block)
+    SIGNAL = 25
 
 
 EV_MAX = max(Kind) + 1
@@ -79,6 +88,17 @@ ACT_KILL_WRITE = 16  # ... an open of it for writing (or creat) is answered with
 KEY_PATH_MAX = 256  # protected paths are exact strings shorter than this
 MAX_PROTECTED = 4096
 O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
+# EV_SIGNAL's syscalls (a3 & 0xff)
+SIG_KILL, SIG_TKILL, SIG_TGKILL, SIG_PIDFD, SIG_QUEUE, SIG_TGQUEUE = 1, 2, 3, 4, 5, 6
+SIG_SYSCALLS = {
+    SIG_KILL: "kill",
+    SIG_TKILL: "tkill",
+    SIG_TGKILL: "tgkill",
+    SIG_PIDFD: "pidfd_send_signal",
+    SIG_QUEUE: "rt_sigqueueinfo",
+    SIG_TGQUEUE: "rt_tgsigqueueinfo",
+}
+SIG_TARGETS = 4  # targets' tgids kept per record (a power of two: the C masks the index)
 KILLED_OPS = {1: "open", 2: "exec", 3: "unlink", 4: "rename", 5: "rename onto"}  # EV_KILLED a0
 # stdio integrity (EV_STDIO): per read/write syscall on a wire fd, at most IO_CAP bytes are
 # copied, in records of at most IO_CHUNK bytes; readv/writev: the first IO_CHUNK bytes of each
@@ -173,6 +193,13 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         DNAME_LABELS_MAX=DNAME_LABELS_MAX,
         DNAME_SUFFIXES=DNAME_SUFFIXES,
         DNS_ANSWERS_MAX=DNS_ANSWERS_MAX,
+        SIG_KILL=SIG_KILL,
+        SIG_TKILL=SIG_TKILL,
+        SIG_TGKILL=SIG_TGKILL,
+        SIG_PIDFD=SIG_PIDFD,
+        SIG_QUEUE=SIG_QUEUE,
+        SIG_TGQUEUE=SIG_TGQUEUE,
+        SIG_TARGETS=SIG_TARGETS,
     )
     defs["EV_MAX"] = EV_MAX
     defs.update(

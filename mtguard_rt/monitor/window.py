@@ -44,6 +44,8 @@ HOOKED = {
     int(Kind.RENAME): "files",
     int(Kind.MKDIR): "files",
     int(Kind.CHMOD): "files",
+    int(Kind.SYMLINK): "files",
+    int(Kind.LINK): "files",
     int(Kind.EXEC_RESULT): "execs",  # a successful exec only, as the audit counts them
     int(Kind.CONNECT): "net",
     int(Kind.NET_SENT): "net",  # the connect or send event it counted on (not always last)

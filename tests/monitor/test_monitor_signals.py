@@ -1,0 +1,144 @@
+"""Real eBPF: links and signals in the tree (kill, tkill, tgkill, pidfd_send_signal,
+rt_sigqueueinfo, rt_tgsigqueueinfo), in a fresh cgroup (host pid namespace; the sandbox's
+own namespace is covered by tests/monitor/test_monitor_docker.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import anyio
+import pytest
+from monitor_harness import CALL, all_files, gated_cgroup, traced
+
+from mtguard_rt.model import BehaviorTree, SignalEvent
+from mtguard_rt.monitor import MonitorConfig, open_monitor
+
+pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
+PY = sys.executable
+
+
+def signals(tree: BehaviorTree) -> list[SignalEvent]:
+    return [s for p in tree.processes for s in p.signals]
+
+
+async def test_symlinks_and_hard_links_with_dirfds_and_failures(
+    tmp_path: os.PathLike[str],
+) -> None:
+    base = str(tmp_path)
+    script = (
+        "import os\n"
+        "os.mkdir('ws')\n"
+        "open('ws/data.txt', 'w').close()\n"
+        "os.symlink('../outside/secret', 'ws/escape')\n"
+        "d = os.open('ws', os.O_RDONLY | os.O_DIRECTORY)\n"
+        "os.symlink('/etc/passwd', 'pw', dir_fd=d)\n"
+        "os.link('ws/data.txt', 'ws/hard')\n"
+        "os.link('data.txt', 'hard2', src_dir_fd=d, dst_dir_fd=d)\n"
+        "try:\n"
+        "    os.symlink('x', 'ws/escape')\n"
+        "except FileExistsError:\n"
+        "    pass\n"
+    )
+    tree = await traced([PY, "-c", script], cwd=base)
+    links = [
+        (f.op, f.path, f.target, f.result) for f in all_files(tree) if f.op in ("symlink", "link")
+    ]
+    assert links == [
+        ("symlink", f"{base}/ws/escape", "../outside/secret", 0),  # the text as given
+        ("symlink", f"{base}/ws/pw", "/etc/passwd", 0),  # dirfd-relative name
+        ("link", f"{base}/ws/hard", f"{base}/ws/data.txt", 0),
+        ("link", f"{base}/ws/hard2", f"{base}/ws/data.txt", 0),  # both dirfds
+        ("symlink", f"{base}/ws/escape", "x", -17),  # EEXIST, recorded
+    ]
+
+
+CHILD_AND_THREADS = r"""
+import ctypes, os, signal, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGUSR1, lambda *a: None)
+signal.signal(signal.SIGUSR2, lambda *a: None)
+# a child started in this call, ended by its parent (a subprocess timeout does this)
+c = subprocess.Popen(['sleep', '30']); c.send_signal(signal.SIGTERM); c.wait()
+# pidfd_send_signal to a child
+c = subprocess.Popen(['sleep', '30']); fd = os.pidfd_open(c.pid)
+signal.pidfd_send_signal(fd, signal.SIGKILL); c.wait(); os.close(fd)
+# a thread of its own (pthread_kill is tgkill), tkill to its own main thread
+ev = threading.Event(); t = threading.Thread(target=ev.wait); t.start()
+signal.pthread_kill(t.ident, signal.SIGUSR1); ev.set(); t.join()
+assert libc.syscall(200, threading.get_native_id(), signal.SIGUSR2) == 0  # tkill
+# rt_sigqueueinfo (sigqueue) and rt_tgsigqueueinfo to itself
+class Val(ctypes.Union): _fields_ = [('i', ctypes.c_int), ('p', ctypes.c_void_p)]
+assert libc.sigqueue(os.getpid(), signal.SIGUSR1, Val(i=7)) == 0
+info = (ctypes.c_int * 32)(); info[0] = signal.SIGUSR2; info[2] = -1  # si_code SI_QUEUE
+assert libc.syscall(297, os.getpid(), threading.get_native_id(), signal.SIGUSR2, info) == 0
+# a probe, and a pid that does not exist
+os.kill(os.getpid(), 0)
+try:
+    os.kill(4000000, signal.SIGTERM)
+except ProcessLookupError:
+    pass
+"""
+
+
+async def test_signals_to_children_threads_and_self() -> None:
+    tree = await traced([PY, "-c", CHILD_AND_THREADS])
+    (py,) = [p for p in tree.processes if p.learned == "seeded"]
+    assert py.exit_code == 0
+    by = {(s.syscall, s.name): s for s in signals(tree)}
+    kills = [s for s in signals(tree) if s.syscall == "kill"]
+    child_term = next(s for s in kills if s.name == "SIGTERM" and s.result == 0)
+    assert child_term.relation == "descendant" and child_term.started_in_call
+    assert child_term.delivered == 1 and child_term.target_argv == ["sleep", "30"]
+    assert child_term.target_key is not None
+    assert child_term.target_key in {p.key for p in tree.processes}
+    pidfd = by[("pidfd_send_signal", "SIGKILL")]
+    assert pidfd.pidfd and pidfd.relation == "descendant" and pidfd.target_argv == ["sleep", "30"]
+    thread = by[("tgkill", "SIGUSR1")]
+    assert thread.thread and thread.relation == "self" and thread.target_tid != thread.target_pid
+    assert by[("tkill", "SIGUSR2")].relation == "self"
+    assert by[("rt_sigqueueinfo", "SIGUSR1")].relation == "self"
+    assert by[("rt_tgsigqueueinfo", "SIGUSR2")].relation == "self"
+    probe = by[("kill", "0")]
+    assert probe.signal == 0 and probe.delivered == 0 and probe.relation == "unknown"
+    missing = next(s for s in kills if s.target_pid == 4000000)
+    assert missing.result == -3 and missing.delivered == 0  # ESRCH
+    assert tree.complete
+
+
+async def test_signal_to_a_sibling_started_before_the_call_and_to_outside() -> None:
+    outside = await anyio.open_process(["sleep", "60"])  # not in the cgroup
+    killer = (
+        "import os, signal, sys\n"
+        "sib = int(sys.stdin.readline())\n"
+        "os.kill(sib, signal.SIGKILL)\n"
+        f"os.kill({outside.pid}, signal.SIGTERM)\n"
+    )
+    gate = f'sleep 60 & echo $!; read _; echo $! | exec {PY} -c "$0"'
+    try:
+        async with open_monitor(MonitorConfig(settle_max_ms=2000)) as mon, gated_cgroup() as cg:
+            async with cg.run(["sh", "-c", gate, killer]) as proc, mon.watch(
+                cg.id, str(cg.path)
+            ) as watch:
+                await cg.release(proc)
+                sib_pid = int(await cg.line())  # the worker runs before the window opens
+                async with watch.window(CALL) as window:
+                    assert proc.stdin is not None
+                    await proc.stdin.send(b"go\n")
+                    with anyio.fail_after(10):
+                        await proc.wait()
+                    window.response_arrived()
+        tree = window.tree
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if outside.returncode is None:
+                outside.kill()
+            await outside.wait()
+            await outside.aclose()
+    (sib,) = [s for s in signals(tree) if s.name == "SIGKILL"]
+    assert sib.relation == "sandbox" and not sib.started_in_call
+    assert sib.target_pid == sib_pid and sib.target_argv == ["sleep", "60"]
+    (out,) = [s for s in signals(tree) if s.name == "SIGTERM"]
+    assert out.relation == "outside" and out.target_key is None
+    assert out.target_host_pid == outside.pid and out.target_comm == "sleep"
+    assert outside.returncode == -15  # it was signalled
