@@ -997,15 +997,16 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 /* ---- signals ------------------------------------------------------------------ *
  * kill, tkill, tgkill, pidfd_send_signal, rt_sigqueueinfo, rt_tgsigqueueinfo of a watched
  * task: one EV_SIGNAL record at the syscall's exit. The pids the sender passes are in its
- * own pid namespace; which tasks the kernel really signalled comes from signal:signal_generate,
- * which fires in the sender's context inside the syscall with the target's global pid
- * (paired through `sig_gen`, keyed by tid: a miss there is one lookup per signal host-wide).
- * Signal 0 (a probe) and refused sends generate nothing. A thread's tid is mapped to its
- * process through `threads` (threads created while watched). Record: a0 = the target as
- * passed (pid, tgid or pidfd), a1 = the tid passed (low 32 bits) | first generation's
- * TRACE_SIGNAL_* result << 32, a2 = signal, a3 = MT_SIG_* syscall | generated count << 8
- * (capped) | first target's global tid << 32, addr = the first MT_SIG_TARGETS targets'
- * global tgids (u32 each), str1 = the first target's comm, ret = the syscall's result. */
+ * own pid namespace; which tasks the kernel really signalled comes from
+ * signal:signal_generate, which fires in the sender's context inside the syscall with the
+ * target's global pid (paired through `sig_gen`, keyed by tid: a miss there is one lookup
+ * per signal host-wide). Signal 0 (a probe) and refused sends generate nothing. A thread's
+ * tid is mapped to its process through `threads` (threads created while watched).
+ * Record: a0 = the target as passed (pid, tgid or pidfd); a1 = the tid passed (low 32
+ * bits) | the first generation's TRACE_SIGNAL_* result << 32; a2 = signal; a3 = the
+ * syscall (MT_SIG_KILL...) | generated count << 8 (capped) | the first target's global
+ * tid << 32; addr = the first MT_SIG_TARGETS targets' global tgids (u32 each); str1 = the
+ * first target's comm; ret = the syscall's result. */
 struct sig_gen {
     u32 tgid[MT_SIG_TARGETS];
     u32 tid0;

@@ -1,10 +1,10 @@
 """A compact, JSON-ready summary of a behavior tree for the LLM judge.
 
 The default `simplify` when the engine is given none: one entry per process (pid, parent
-pid, program, argv, seeded or observed) with its de-duplicated file accesses, connections
-and DNS names. Library loads and interpreter start-up reads are left out and counted, so
-the judge sees what the call did, not how Python starts. Rules never see this: they read
-the raw tree.
+pid, program, argv, seeded or observed) with its de-duplicated file accesses, connections,
+DNS names and signals sent to other processes. Library loads and interpreter start-up reads
+are left out and counted, so the judge sees what the call did, not how Python starts. Rules
+never see this: they read the raw tree.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def _process(p: ProcessNode, ppid_of: dict[str, int]) -> dict[str, Any]:
         )
     if p.dns:
         out["dns"] = sorted({d.name for d in p.dns if d.direction == "query"})
+    sent = {g.summary for g in p.signals if g.relation != "self"}  # not its own threads
+    if sent:
+        out["signals_sent"] = sorted(sent)
     return out
 
 

@@ -9,15 +9,17 @@ program and contributes none; a process seen without its exec event contributes 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..model import BehaviorTree, FileEvent, ProcessNode
+from ..model import BehaviorTree, FileEvent, ProcessNode, SignalEvent
 from .policy import CANARY, Policy
 from .text import names_path
 
 WRITE_FLAGS = frozenset({"write", "create", "truncate", "append"})
-MODIFYING_OPS = frozenset({"unlink", "rename", "mkdir", "rmdir", "chmod"})
+MODIFYING_OPS = frozenset({"unlink", "rename", "mkdir", "rmdir", "chmod", "symlink", "link"})
+LINK_OPS = frozenset({"symlink", "link"})  # `target` is read, not written: not classified
 
 
 def label(p: ProcessNode) -> str:
@@ -45,6 +47,37 @@ class FileHit:
     canary: str | None = None  # the canary path it denotes
 
 
+def link_target(ev: FileEvent) -> str | None:
+    """Where a symlink or hard link points, as an absolute path when it can be told: a
+    relative symlink text is read against the link's own directory (lexically: links along
+    the way are not followed). None for other events or a link of an unresolved name."""
+    if ev.op not in LINK_OPS or ev.target is None:
+        return None
+    if ev.target.startswith("/"):
+        return posixpath.normpath(ev.target)
+    if not ev.resolved or not ev.path.startswith("/"):
+        return None
+    return posixpath.normpath(posixpath.join(posixpath.dirname(ev.path), ev.target))
+
+
+@dataclass(frozen=True, slots=True)
+class LinkHit:
+    """A symlink or hard link the call made (`target`: `link_target()`, None if unknown)."""
+
+    proc: ProcessNode
+    event: FileEvent
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalHit:
+    """A signal a process sent, with the process it reached when that is in the tree."""
+
+    proc: ProcessNode
+    event: SignalEvent
+    target: ProcessNode | None
+
+
 @dataclass(slots=True)
 class TreeView:
     tree: BehaviorTree
@@ -52,6 +85,8 @@ class TreeView:
     hits: list[FileHit] = field(default_factory=list)
     execs: list[tuple[ProcessNode, str, list[str]]] = field(default_factory=list)
     chmods: list[tuple[ProcessNode, FileEvent]] = field(default_factory=list)
+    links: list[LinkHit] = field(default_factory=list)  # symlinks and hard links made
+    signals: list[SignalHit] = field(default_factory=list)  # every signal sent, probes too
 
     @classmethod
     def build(cls, tree: BehaviorTree, policy: Policy, canaries: dict[str, str]) -> TreeView:
@@ -61,9 +96,14 @@ class TreeView:
                 if ev.op == "chmod":
                     view.chmods.append((p, ev))
                 view._classify(p, ev, ev.path, policy, canaries)
-                if ev.target:
+                if ev.op in LINK_OPS:
+                    view.links.append(LinkHit(p, ev, link_target(ev)))
+                elif ev.target:
                     view._classify(p, ev, ev.target, policy, canaries)
             view.execs.extend((p, exe, argv) for exe, argv in _execs_of(p, view.by_key))
+            view.signals.extend(
+                SignalHit(p, s, view.by_key.get(s.target_key or "")) for s in p.signals
+            )
         return view
 
     def _classify(

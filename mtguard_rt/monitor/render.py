@@ -7,9 +7,17 @@ Raw names are shown with Python's escaping, so a control character cannot forge 
 
 from __future__ import annotations
 
-from ..model import BehaviorTree, DnsEvent, ExecEvent, FileEvent, NetEvent, ProcessNode
+from ..model import (
+    BehaviorTree,
+    DnsEvent,
+    ExecEvent,
+    FileEvent,
+    NetEvent,
+    ProcessNode,
+    SignalEvent,
+)
 
-Effect = FileEvent | NetEvent | DnsEvent | ExecEvent
+Effect = FileEvent | NetEvent | DnsEvent | ExecEvent | SignalEvent
 
 
 def _safe(s: str) -> str:
@@ -29,6 +37,8 @@ def _effect(e: Effect) -> str:
         return f"{e.op} {_safe(e.path)}{target}{flags}{mode}{unres}{_result(e.result)}"
     if isinstance(e, NetEvent):
         return f"{e.summary}{_result(e.result)}"
+    if isinstance(e, SignalEvent):
+        return f"signal {_safe(e.summary)}"
     if isinstance(e, DnsEvent):
         answers = f" = {', '.join(e.answers)}" if e.answers else ""
         via = f" via {e.server}" if e.server else ""
@@ -68,7 +78,7 @@ def render_tree(tree: BehaviorTree) -> str:
     def walk(p: ProcessNode, depth: int) -> None:
         pad = "  " * depth
         lines.append(f"{pad}├─ {_head(p)}")
-        effects: list[Effect] = [*p.execs, *p.files, *p.net, *p.dns]
+        effects: list[Effect] = [*p.execs, *p.files, *p.net, *p.dns, *p.signals]
         for e in sorted(effects, key=lambda x: x.ts_ns):
             lines.append(f"{pad}│    {_effect(e)}")
         for child in by_parent.get(p.key, []):

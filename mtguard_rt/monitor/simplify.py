@@ -2,7 +2,8 @@
 
 Keeps every process with its identity and command, and every effect except what the noise
 rules (data in `policies/noise.toml`) call noise: read-only opens of bytecode, import
-artefacts, shared libraries and locale data; PATH-search exec failures; loopback traffic.
+artefacts, shared libraries and locale data; PATH-search exec failures; loopback traffic;
+signals a process sent to itself or its own threads.
 What was left out is counted per rule in `tree.omitted`, so the compact view never hides
 that something was there. The raw tree is not modified.
 """
@@ -118,7 +119,13 @@ def simplify(tree: BehaviorTree, noise: NoiseRules) -> BehaviorTree:
             if len(net) != len(p.net):
                 omitted["loopback"] = omitted.get("loopback", 0) + len(p.net) - len(net)
         execs = _execs(p.execs, omitted) if noise.exec.drop_path_search else p.execs
-        procs.append(msgspec.structs.replace(p, files=files, net=net, execs=execs))
+        # a runtime signalling its own threads (GC, preemption, profilers) says nothing
+        signals = [s for s in p.signals if s.relation != "self"]
+        if len(signals) != len(p.signals):
+            omitted["signal_self"] = omitted.get("signal_self", 0) + len(p.signals) - len(signals)
+        procs.append(
+            msgspec.structs.replace(p, files=files, net=net, execs=execs, signals=signals)
+        )
     # the stdio capture is evidence for the integrity rules, not for a reader (or a judge's
     # prompt): it repeats the arguments and the server's own output verbatim
     return msgspec.structs.replace(tree, processes=procs, omitted=omitted, stdio=None)

@@ -55,7 +55,8 @@ def tree_paths(tree: BehaviorTree, workspace: str) -> tuple[set[str] | None, str
         for ev in proc.files:
             if ev.op == "chdir" or (ev.op == "open" and WRITE_FLAGS.isdisjoint(ev.flags)):
                 continue
-            for path in (ev.path, ev.target):
+            # a link's target is only named (its new name is the change), a rename's is written
+            for path in (ev.path, None if ev.op in ("symlink", "link") else ev.target):
                 if path is None:
                     continue
                 if not ev.resolved or not path.startswith("/"):

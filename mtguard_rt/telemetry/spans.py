@@ -277,7 +277,8 @@ class SpanBuilder:
 
 
 def _effects(span: trace.Span, node: ProcessNode, off: int, prefix: str = "") -> None:
-    """A process's execs, files, network and DNS as events on `span` (names after `prefix`)."""
+    """A process's execs, files, network, DNS and signals sent as events on `span` (names
+    after `prefix`)."""
     for ex in node.execs:
         span.add_event(f"{prefix}process.exec", _clean({
             "process.executable.path": ex.path,
@@ -294,6 +295,17 @@ def _effects(span: trace.Span, node: ProcessNode, off: int, prefix: str = "") ->
         _net_event(span, n, off, f"{prefix}network.{n.op}")
     for d in node.dns:
         _dns_event(span, d, off, prefix)
+    for g in node.signals:
+        span.add_event(f"{prefix}process.signal", _clean({
+            "mtguard.signal.syscall": g.syscall, "mtguard.signal.number": g.signal,
+            "mtguard.signal.name": g.name, "mtguard.signal.target_pid": g.target_pid,
+            "mtguard.signal.target_key": g.target_key,
+            "mtguard.signal.target_host_pid": g.target_host_pid,
+            "mtguard.signal.target": " ".join(g.target_argv) or g.target_comm,
+            "mtguard.signal.relation": g.relation,
+            "mtguard.signal.started_in_call": g.started_in_call,
+            "mtguard.signal.delivered": g.delivered, "mtguard.result": g.result,
+        }), timestamp=g.ts_ns + off)
 
 
 def _net_event(span: trace.Span, n: NetEvent, off: int, name: str) -> None:

@@ -21,7 +21,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _STYLES = {
     "deny": "1;31", "allow": "1;32", "hit": "1;33", "dim": "2", "bold": "1", "process": "36",
     "net": "35", "dns": "34", "exec": "36", "note": "2", "warn": "33", "error": "1;35",
-    "refused": "1;31",
+    "refused": "1;31", "signal": "33",
 }
 
 

@@ -1,6 +1,7 @@
 """The viewers' shared layout: a record's behavior tree as labelled nodes, evidence matched.
 
-Processes nest by parent edges; each process's effects (exec, file, network, DNS) and child
+Processes nest by parent edges; each process's effects (exec, file, network, DNS, signals
+sent) and child
 processes are interleaved in time order. A node is a *hit* for a rule when that rule's
 `Violation.evidence` names it: the process's pid ("pid 102") or key ("102@…"), a file path,
 "address:port", or a DNS name, matched on token boundaries. Nesting deeper than `MAX_DEPTH`
@@ -22,6 +23,7 @@ from ..model import (
     FileEvent,
     NetEvent,
     ProcessNode,
+    SignalEvent,
     Violation,
 )
 
@@ -33,7 +35,7 @@ _EDGE = r"[\w./~:@-]"
 
 @dataclass
 class ViewNode:
-    kind: str  # process | exec | file | net | refused | dns | note
+    kind: str  # process | exec | file | net | refused | dns | signal | note
     label: str
     detail: str = ""
     hits: list[str] = field(default_factory=list)  # rule ids whose evidence names this node
@@ -129,6 +131,7 @@ def tree_view(tree: BehaviorTree, index: EvidenceIndex) -> list[ViewNode]:
         timed += [(f.ts_ns, file_node(f, index)) for f in node.files]
         timed += [(n.ts_ns, net_node(n, index)) for n in node.net]
         timed += [(d.ts_ns, dns_node(d, index)) for d in node.dns]
+        timed += [(g.ts_ns, signal_node(g, index)) for g in node.signals]
         kids = [c for c in children.get(node.key, []) if c.key not in seen]
         if kids and depth >= MAX_DEPTH:
             timed.append((kids[0].start_ns, ViewNode("note", f"… {len(kids)} deeper process(es)")))
@@ -167,6 +170,12 @@ def net_node(n: NetEvent, index: EvidenceIndex, whose: str = "") -> ViewNode:
     detail = f"{detail}, {whose}" if whose else detail
     return ViewNode("refused" if n.refused else "net", n.summary, detail, hits,
                     n.result < 0 and not n.refused)
+
+
+def signal_node(g: SignalEvent, index: EvidenceIndex) -> ViewNode:
+    detail = "started in this call" if g.started_in_call else ""
+    return ViewNode("signal", f"signal {g.summary}", detail,
+                    index.mentions(g.target_key, g.summary), g.result < 0)
 
 
 def dns_node(d: DnsEvent, index: EvidenceIndex) -> ViewNode:
