@@ -1,5 +1,5 @@
-"""Pre-execution rules (the paper's seven, plus `rules_provenance`'s two) over the declared
-call: pure functions.
+"""Pre-execution rules (the paper's seven, plus `rules_provenance`'s two and `rules_params`'s
+one) over the declared call: pure functions.
 
 Each rule takes `(ctx, policy)` and returns zero or one `Violation` (all its evidence in one
 record, each line naming the argument and the exact text). Rules that compare against the
@@ -18,6 +18,7 @@ from .context import CallContext
 from .names import captures, confusable, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
+from .rules_params import out_of_scope_param
 from .rules_provenance import induced_call, lookalike_tool
 from .text import bare_hosts, leaf_key, names_path, url_hosts
 
@@ -340,5 +341,6 @@ PRE_RULES = (
     ("repeated-call", repeated_call),
     ("induced-call", induced_call),
     ("lookalike-tool", lookalike_tool),
+    ("out-of-scope-param", out_of_scope_param),
 )
 NEEDS_TASK = frozenset({"off-task-url", "task-entity-mismatch", "induced-call"})

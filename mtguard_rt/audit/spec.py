@@ -125,6 +125,39 @@ class LookalikeToolSpec(RuleSpec):
     vague_nouns: list[str] = msgspec.field(default_factory=list)
 
 
+class ParamKindSpec(_Strict):
+    """A kind of data a parameter may ask for that few tools' jobs need (`out-of-scope-param`)."""
+
+    name: str
+    # Parameter names that ask for it, as words: "user request" matches `user_request` and
+    # `userRequest` (every word in the name), "apikey" also the one word `apikey`.
+    params: list[str] = msgspec.field(default_factory=list)
+    # What in a value shows it carries that data: conversation (copies the task or history,
+    # transcript turns), tools (names the session's tools), credential (a token-shaped or
+    # secret value), prompt (an assistant's system prompt), personal (phone, e-mail, the
+    # user's own words copied).
+    carriers: list[str] = msgspec.field(default_factory=list)
+    # Words or phrases of a task that ask for this data to go to a tool ("my phone", "log in").
+    task_words: list[str] = msgspec.field(default_factory=list)
+    # Words of a tool's name whose declared job needs it (`login`, `add_contact`).
+    job_words: list[str] = msgspec.field(default_factory=list)
+
+
+class OutOfScopeParamSpec(RuleSpec):
+    kinds: list[ParamKindSpec] = msgspec.field(default_factory=list)
+    # Parameter-name words that make the data the user's or the agent's own (`requester_phone`,
+    # `my_token`): the tool's job never explains those, only the task can.
+    self_words: list[str] = msgspec.field(default_factory=list)
+    copy_min_words: int = 8  # a run this long copied from the task or history is not a quote
+    prompt_patterns: list[str] = msgspec.field(default_factory=list)  # a system prompt's text
+    # In any argument, whatever its name: the agent's configuration written out under a label
+    # ("system prompt: You are ...").
+    disclosure_patterns: list[str] = msgspec.field(default_factory=list)
+    disclosure_task_words: list[str] = msgspec.field(default_factory=list)  # the task asks
+    phone_pattern: str = ""
+    min_tool_names: int = 2  # session tool names a value must list to carry the tool list
+
+
 class CanarySpec(RuleSpec):
     write_only: list[str] = msgspec.field(default_factory=list)
 
@@ -188,6 +221,9 @@ class RulesSpec(_Strict):
     )
     lookalike_tool: LookalikeToolSpec = msgspec.field(
         name="lookalike-tool", default_factory=LookalikeToolSpec
+    )
+    out_of_scope_param: OutOfScopeParamSpec = msgspec.field(
+        name="out-of-scope-param", default_factory=OutOfScopeParamSpec
     )
     canary_touched: CanarySpec = msgspec.field(name="canary-touched", default_factory=CanarySpec)
     sensitive_file_read: RuleSpec = msgspec.field(
