@@ -27,6 +27,7 @@ import msgspec
 from . import __version__
 from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
+from .audit.scope import ServerScope
 from .config import GuardConfig
 from .errors import CallDenied, GuardError, ServerExited
 from .model import AuditRecord
@@ -246,6 +247,7 @@ class Guard:
                 route=self.servers.get,
                 online=self.config.online.mode,
                 rollback=rollback,
+                scope=ServerScope.create(box.workspace, command),
             )
             self.servers[name] = sup
             supervisors.append(sup)

@@ -32,6 +32,7 @@ from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
+from .audit.scope import ServerScope
 from .errors import ServerExited
 from .model import (
     AuditRecord,
@@ -168,6 +169,7 @@ class Supervisor:
         route: Callable[[str], Supervisor | None] | None = None,
         online: OnlineMode = "enforce",
         rollback: WorkspaceRollback | None = None,
+        scope: ServerScope | None = None,
     ) -> None:
         self.name = name
         self.upstream = upstream
@@ -188,6 +190,7 @@ class Supervisor:
         # Workspace rollback (sandbox/rollback.py): begin/capture under the lock around the
         # window, settle once the verdict is known; the next call's begin waits for it.
         self.rollback = rollback
+        self.scope = scope  # its workspace and roots, for `scope-escape`
         self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
         self.tools: dict[str, Message] = {}
         self.tools_stale = False  # set on list_changed: re-check the pins before the next call
@@ -325,6 +328,7 @@ class Supervisor:
             recent_calls=list(self.recent),
             canaries=self.canaries,
             untrusted=gather(self.untrusted, servers, self.route),
+            scope=self.scope,
         )
         self.recent.append(call)
 

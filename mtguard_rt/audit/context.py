@@ -13,6 +13,7 @@ from typing import Any
 
 from ..model import DeclaredCall
 from .provenance import UntrustedText, tokens
+from .scope import ServerScope
 from .text import bare_hosts, decoded_variants, iter_strings, url_hosts, words
 
 TRUSTED_ROLES = frozenset({"user"})
@@ -41,6 +42,8 @@ class CallContext:
     # this server's learnt baseline (`expected.ServerBaseline`, attached by the engine).
     annotations: dict[str, Any] = field(default_factory=dict)
     baseline: Any = None
+    # the server's workspace and command-line roots (`scope-escape`); None: not known
+    scope: ServerScope | None = None
     _decoded: dict[int, list[tuple[str, str, str]]] = field(
         default_factory=dict, init=False, repr=False
     )

@@ -30,6 +30,7 @@ from .rules_integrity import request_mismatch, result_tampered, undeclared_reque
 from .rules_net import incomplete_tree, unexpected_network
 from .rules_pre import NEEDS_TASK, PRE_RULES
 from .rules_result import result_injection
+from .rules_scope import scope_escape
 from .schema import strip_descriptions
 from .summary import summarize
 from .treeview import TreeView
@@ -39,6 +40,7 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("canary-touched", canary_touched),
     ("sensitive-file-read", sensitive_file_read),
     ("persistence-write", persistence_write),
+    ("scope-escape", scope_escape),
     ("unexpected-shell", unexpected_shell),
     ("command-mismatch", command_mismatch),
     ("privilege-escalation", privilege_escalation),

@@ -230,6 +230,7 @@ class RulesSpec(_Strict):
         name="sensitive-file-read", default_factory=RuleSpec
     )
     persistence_write: RuleSpec = msgspec.field(name="persistence-write", default_factory=RuleSpec)
+    scope_escape: RuleSpec = msgspec.field(name="scope-escape", default_factory=RuleSpec)
     unexpected_shell: RuleSpec = msgspec.field(name="unexpected-shell", default_factory=RuleSpec)
     command_mismatch: CommandMismatchSpec = msgspec.field(
         name="command-mismatch", default_factory=CommandMismatchSpec

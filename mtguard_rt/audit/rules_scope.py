@@ -1,0 +1,193 @@
+"""Post-execution rule `scope-escape`: a file effect the call's arguments led out of its scope.
+
+The scope (`audit.scope`) is the server's workspace and roots plus the paths the task and
+the arguments name. An effect (a read of a file, a write, create, unlink, rename, chmod) on a
+path outside it is an escape when the call reached it: an argument that climbs out with `..`
+(`../srv/x`, `docs/../../x`), an argument whose path goes through a link in the workspace to
+outside, or a link made during this call (seen by the kernel, or by its ctime on the host)
+that an effect went through. What the server opens on its own outside the workspace (its
+code, runtime, state, /proc) is no escape; a listing (a directory opened to read) shows names,
+not content, and is not counted. Evidence: which argument, which path it became, the scope.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+
+from ..model import BehaviorTree, FileEvent, ProcessNode, Violation
+from .context import CallContext
+from .policy import Policy
+from .rules_files import own_process_state, took_effect
+from .rules_pre import violation
+from .scope import ArgPath, CallScope, LinkResolver, ServerScope, arg_paths, task_paths, under
+from .text import names_path
+from .treeview import TreeView, describe, label
+
+RULE = "scope-escape"
+EFFECT_OPS = frozenset({"open", "unlink", "rename", "mkdir", "rmdir", "chmod"})
+LINK_OPS = frozenset({"symlink", "link"})  # the kernel's link events (model.FileEvent)
+MIN_PREFIX_DEPTH = 2  # an argument naming /x matches only /x itself, not all below it
+# inode times come from the kernel's coarse clock (one tick behind the fine one at most):
+# a link made just after the window opened may carry a ctime this much before its start
+CTIME_SLACK_NS = 20_000_000
+
+
+def _depth(path: str) -> int:
+    return len([p for p in path.split("/") if p])
+
+
+def _abs(p: ProcessNode, ev: FileEvent, path: str) -> str | None:
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    if p.cwd and p.cwd.startswith("/"):
+        return posixpath.normpath(posixpath.join(p.cwd, path))
+    return None
+
+
+def _reaches(target: str, path: str) -> bool:
+    return path == target or (_depth(target) >= MIN_PREFIX_DEPTH and under(path, target))
+
+
+def _listing(ev: FileEvent, path: str) -> bool:
+    """A read-only open of a directory (host-side stat, content never read)."""
+    if ev.op != "open" or not ev.flags or ev.flags != ["read"]:
+        return False
+    return os.path.isdir(path)
+
+
+def _effects(tree: BehaviorTree) -> Iterator[tuple[ProcessNode, FileEvent, str]]:
+    for p in tree.processes:
+        for ev in p.files:
+            if str(ev.op) not in EFFECT_OPS or not took_effect(ev):
+                continue
+            for raw in (ev.path, ev.target) if ev.op == "rename" else (ev.path,):
+                if raw and (path := _abs(p, ev, raw)) is not None:
+                    yield p, ev, path
+
+
+def _made_links(tree: BehaviorTree) -> set[str]:
+    """Links the kernel saw this call make (absolute link paths)."""
+    out: set[str] = set()
+    for p in tree.processes:
+        for ev in p.files:
+            if str(ev.op) in LINK_OPS and took_effect(ev) and (a := _abs(p, ev, ev.path)):
+                out.add(a)
+    return out
+
+
+class _Checker:
+    """One call's scope, argument paths and resolver, shared by all its events."""
+
+    def __init__(self, ctx: CallContext, server: ServerScope, tree: BehaviorTree) -> None:
+        self.ctx = ctx
+        self.tree = tree
+        self.cwds = sorted({p.cwd for p in tree.processes if p.cwd and p.cwd.startswith("/")})
+        self.scope = CallScope(server=server)
+        self.args = arg_paths(ctx.arg_items)
+        task = ctx.task_text or ""
+        self.task = [task] if task else []
+        for text in task_paths(task):
+            self.scope.named.extend(self.scope.targets(text, self.cwds))
+        for a in self.args:  # an absolute path spelled out is named, not reached
+            if a.text.startswith("/") and not a.climbs:
+                self.scope.named.append(posixpath.normpath(a.text))
+        self.resolver = LinkResolver(server.bases)
+        self.made = _made_links(tree)
+        wall = tree.wall_offset_ns
+        self.since = (
+            tree.window_start_ns + wall - CTIME_SLACK_NS if wall and tree.window_start_ns else None
+        )
+        self._arg_links: list[tuple[ArgPath, str, str]] | None = None
+
+    def _outside(self, path: str) -> bool:
+        return not self.scope.inside(path) and not names_path(self.task, path)
+
+    def arg_links(self) -> list[tuple[ArgPath, str, str]]:
+        """(argument, its path, where its links lead) for every argument path in a base that
+        resolves out of the scope."""
+        if self._arg_links is None:
+            self._arg_links = []
+            for a in self.args:
+                for t in self.scope.targets(a.text, self.cwds):
+                    res = self.resolver.resolve(t)
+                    if res is not None and res.left and self._outside(res.path):
+                        self._arg_links.append((a, t, res.path))
+        return self._arg_links
+
+    def climbed(self, path: str) -> tuple[ArgPath, str] | None:
+        for a in self.args:
+            if not a.climbs:
+                continue
+            for t in self.scope.targets(a.text, self.cwds):
+                if _reaches(t, path):
+                    return a, t
+            rest = posixpath.normpath(a.text)
+            while rest.startswith("../"):
+                rest = rest[3:]
+            if rest not in ("", "..") and not a.text.startswith("/") and path.endswith("/" + rest):
+                return a, path
+        return None
+
+    def check(self, p: ProcessNode, ev: FileEvent, path: str) -> str | None:
+        """Why this effect is an escape, or None."""
+        if own_process_state(path) or path.startswith(("/proc/", "/sys/", "/dev/")):
+            return None
+        what = f"{label(p)} {ev.op} {path} {describe(ev)}"
+        if self._outside(path):
+            if (hit := self.climbed(path)) is not None:
+                a, t = hit
+                if _listing(ev, path):
+                    return None
+                return f"argument {a.key}={a.text!r} climbs out of its base to {t}: {what}"
+            for a, t, real in self.arg_links():
+                if _reaches(real, path) and not _listing(ev, path):
+                    return f"argument {a.key}={a.text!r} is {t}, a link to {real}: {what}"
+            return None
+        if not any(under(path, b) for b in self.scope.server.bases):
+            return None  # named by the call, outside any base: nothing to resolve
+        res = self.resolver.resolve(path)
+        if res is None or not res.left or not self._outside(res.path):
+            return None
+        if _listing(ev, res.path):
+            return None
+        via = ", ".join(res.links) or "?"
+        for a in self.args:
+            for t in self.scope.targets(a.text, self.cwds):
+                if _reaches(t, path):
+                    return (
+                        f"argument {a.key}={a.text!r} is {t}; through the link {via} the "
+                        f"effect lands on {res.path}: {what}"
+                    )
+        fresh = [
+            link
+            for link, ctime in res.links.items()
+            if link in self.made or (self.since is not None and ctime >= self.since)
+        ]
+        if fresh:
+            return f"a link made during the call ({', '.join(fresh)}) leads to {res.path}: {what}"
+        return None
+
+
+def scope_escape(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    """File effects outside the call's scope that its arguments (or a link it made) led to."""
+    server = ctx.scope
+    if not isinstance(server, ServerScope) or not server.bases:
+        return []
+    checker = _Checker(ctx, server, view.tree)
+    lines: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for p, ev, path in _effects(view.tree):
+        if (str(ev.op), path) in seen:
+            continue
+        seen.add((str(ev.op), path))
+        if (why := checker.check(p, ev, path)) is not None:
+            lines.append(why)
+    if not lines:
+        return []
+    reason = "a file effect outside the call's scope, reached from its arguments or a new link"
+    return [violation(RULE, policy, "post", reason, [f"scope: {checker.scope.describe()}", *lines])]
