@@ -378,7 +378,8 @@ class Supervisor:
         timings.post = _ms(t_settled, t_post)
         verdict = _combine(pre, post)
         if result and (verdict.decision != "deny" or self.observe):  # what the agent reads
-            self.untrusted.result(tool, result, (n for ns in servers.values() for n in ns))
+            names = (n for ns in servers.values() for n in ns)
+            self.untrusted.result(tool, result, names, call.arguments)
         rolled = None
         if target.rollback is not None:
             rolled = await target.rollback.settle(call.call_id, deny=verdict.decision == "deny")

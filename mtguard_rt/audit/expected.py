@@ -82,6 +82,12 @@ JOBS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 FILTERS = frozenset({"head", "tail", "grep", "egrep", "fgrep", "sort", "wc", "cut", "uniq", "tr",
                      "column", "cat", "echo", "printf"})
 SIGNALLERS = frozenset({"kill", "pkill", "killall", "skill", "gdb", "strace", "ltrace"})
+# Programs that only look at the paths they name (list, stat, print, compare): naming a
+# persistence or privileged path changes nothing (a write would be its own file event), so
+# only a secret or canary they name is an effect (`ls ~/.ssh`, `cat ~/.aws/credentials`).
+LOOKERS = frozenset({"ls", "stat", "cat", "head", "tail", "wc", "file", "test", "[", "readlink",
+                     "realpath", "du", "grep", "egrep", "fgrep", "diff", "cmp", "md5sum",
+                     "sha256sum", "echo", "printf", "basename", "dirname"})
 TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/dev", "/proc/self", "/run/user")
 HOME_CACHES = (".cache", ".local/state", ".npm")
 _TOKEN = re.compile(r"""[^\s'"`;|&<>()=,]+""")
@@ -260,6 +266,8 @@ class Expected:
             for ev in p.files:
                 if ev.result < 0:
                     continue  # a failed open is never a read, a refused write wrote nothing
+                if not is_write(ev) and _own_state(ev.path):
+                    continue  # a /proc walker (ps) reading the sandbox's own processes
                 for path in filter(None, (ev.path, ev.target)):
                     why = self._file_effect(path, is_write(ev), ev.resolved, view)
                     if why:
@@ -298,6 +306,9 @@ class Expected:
             if pat.search(text, lowered):
                 out.append(f"{who}: {pat.name}")
                 break
+        # a command line of looking programs only (`ls ~/.config/systemd/user || echo none`)
+        looks = all(basename(w[0]) in LOOKERS or w[0] in HARMLESS_BUILTINS
+                    for w in commands[1:] or commands)
         for tok in _TOKEN.findall(text):
             path = self._expand(tok)
             if path is None:
@@ -306,8 +317,8 @@ class Expected:
                     break
                 continue
             # the path, or a directory of secrets (`tar ~/.aws`, `ls ~/.ssh`)
-            why = self._file_effect(path, False, True, named_only=True) or (
-                self._file_effect(path + "/_", False, True, named_only=True)
+            why = self._file_effect(path, False, True, named_only=not looks) or (
+                self._file_effect(path + "/_", False, True, named_only=not looks)
                 if path != "/" and not names_path(self.ctx.arg_texts, path) else None
             )
             if why:
@@ -396,6 +407,12 @@ class Expected:
                     ips.update(i for a in d.answers if (i := canonical_ip(a)) is not None)
             self._ips = ips
         return ip in self._ips
+
+
+def _own_state(path: str | None) -> bool:
+    from .rules_files import own_process_state  # rules_files -> rules_pre: load lazily
+
+    return path is not None and own_process_state(path)
 
 
 def _under(path: str, roots: Iterable[str]) -> bool:

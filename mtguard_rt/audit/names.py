@@ -132,3 +132,23 @@ def common_words(names: tuple[str, ...], share: float = 0.5, least: int = 5) -> 
         for w in set(words_of(n)):
             counts[w] = counts.get(w, 0) + 1
     return frozenset(w for w, c in counts.items() if c > share * len(names))
+
+
+def synonym_groups(groups: list[list[str]]) -> dict[str, frozenset[int]]:
+    """Each word's stem -> the indexes of the groups it is in (a word may name two jobs:
+    `email` sends and is a message)."""
+    out: dict[str, set[int]] = {}
+    for i, group in enumerate(groups):
+        for w in group:
+            out.setdefault(stem(w), set()).add(i)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def same_word(a: str, b: str, synonyms: dict[str, frozenset[int]]) -> bool:
+    """Do two stems say the same thing: equal, or in one synonym group?"""
+    return a == b or not synonyms.get(a, frozenset()).isdisjoint(synonyms.get(b, frozenset()))
+
+
+def covered(small: frozenset[str], big: frozenset[str], syn: dict[str, frozenset[int]]) -> bool:
+    """Does every stem of `small` have a same-meaning stem in `big`?"""
+    return all(any(same_word(a, b, syn) for b in big) for a in small)

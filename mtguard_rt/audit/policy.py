@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..model import Mode
+from .names import stem, synonym_groups
 from .patterns import GlobError, PathSet, canonical_ip
 from .spec import NamedPattern, PinAction, PolicySpec
 
@@ -174,6 +175,9 @@ class Policy:
                         f"{w!r} is not one word (letters, digits)",
                     )
         self.praise_words = frozenset(w.lower() for w in lt.praise_words)
+        self.synonyms = synonym_groups(lists.name_synonyms)
+        self.change_words = frozenset(stem(w) for w in ic.change_words)
+        self.content_keys = frozenset(k.lower() for k in ic.content_keys)
         self.vague_nouns = frozenset(w.lower() for w in lt.vague_nouns)
         self.superiority = _any_regex(
             lt.superiority_patterns, ("rules", "lookalike-tool", "superiority_patterns"), re.I

@@ -21,13 +21,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from .text import iter_strings
+from ..model import call_digest
+from .secrets import Sighting, sightings
+from .text import iter_strings, leaf_key
 
 SourceKind = Literal["description", "result"]
 RECENT_RESULTS = 8  # results per server whose instruction sentences are kept
+RECENT_SECRETS = 32  # per server: secrets its results handed over (the secret-flow ledger)
+RECENT_CLEAN = 64  # per server: calls whose result carried no secret (secret-in-result)
 MAX_RESULT_CHARS = 256 * 1024  # scanned per result (head and tail beyond this)
 MAX_SENTENCE_CHARS = 600  # a sentence is clipped to this around its tool mention
 MAX_SENTENCES_PER_RESULT = 40
+MAX_OUTPUT_CHARS = 64 * 1024  # of a result's whole text kept for the argument-value links
+_NOT_TEXT = frozenset({"type", "mimeType", "data", "blob", "uri"})  # no prose the agent reads
 # "e.g. 'AAPL'", "such as 1d": a description's examples are not instructions
 _EXAMPLE = re.compile(r"\b(?:e\.\s?g\.|i\.\s?e\.|for example|for instance|such as)[^.;)\n]*", re.I)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^a-z\s])|(?<=[.!?][\"'])\s+|\n+")
@@ -103,18 +109,47 @@ class ToolInfo:
     read_only: bool = False  # annotations.readOnlyHint is true (the server's own claim)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Output:
+    """One recent result's whole text (lower-cased, clipped), with the call that produced it:
+    what a later call's argument values may have been taken from (`audit/carried.py`)."""
+
+    server: str
+    tool: str
+    lower: str
+    arg_tokens: frozenset[str]  # tokens of the producing call's argument strings
+
+    @property
+    def words(self) -> str:
+        """The text as space-separated alphanumeric runs, padded: `audit-trail`, `audit
+        trail` and `audit_trail` all read ' audit trail '."""
+        return _words(self)
+
+
+@lru_cache(maxsize=256)
+def _words(o: Output) -> str:
+    return word_line(o.lower)
+
+
+def word_line(text: str) -> str:
+    return " " + " ".join(_TOKEN.findall(text.lower())) + " "
+
+
 @dataclass(frozen=True, slots=True)
 class UntrustedText:
     """What the servers said, as the rules see it for one call (immutable)."""
 
     tools: tuple[ToolInfo, ...] = ()
     results: tuple[tuple[str, str, tuple[Sentence, ...]], ...] = ()  # (server, tool, ...)
+    secrets: tuple[Sighting, ...] = ()  # secrets the session's results handed the agent
+    clean: frozenset[tuple[str, str]] = frozenset()  # (server, call digest): no secret
+    outputs: tuple[Output, ...] = ()
 
     def tool(self, server: str, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.server == server and t.name == name), None)
 
     def __bool__(self) -> bool:
-        return bool(self.tools or self.results)
+        return bool(self.tools or self.results or self.outputs)
 
 
 def split_sentences(text: str, kind: SourceKind, server: str, tool: str) -> tuple[Sentence, ...]:
@@ -203,6 +238,9 @@ class UntrustedLog:
     results: deque[tuple[str, str, tuple[Sentence, ...]]] = field(
         default_factory=lambda: deque(maxlen=RECENT_RESULTS)
     )
+    secrets: deque[Sighting] = field(default_factory=lambda: deque(maxlen=RECENT_SECRETS))
+    clean: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=RECENT_CLEAN))
+    outputs: deque[Output] = field(default_factory=lambda: deque(maxlen=RECENT_RESULTS))
 
     def listing(self, tools: list[dict[str, Any]]) -> None:
         self.tools = tuple(
@@ -216,10 +254,26 @@ class UntrustedLog:
             for t in tools
         )
 
-    def result(self, tool: str, result: Any, tool_names: Iterable[str]) -> None:
+    def result(
+        self, tool: str, result: Any, tool_names: Iterable[str], arguments: Any = None
+    ) -> None:
+        """Keep what a result of `tool` (called with `arguments`) told the agent."""
         sentences = result_sentences(result, self.server, tool, tool_names)
         if sentences:
             self.results.append((self.server, tool, sentences))
+        found = sightings(self.server, tool, result, arguments)
+        self.secrets.extend(found)
+        if not found:
+            self.clean.append((self.server, call_digest(tool, arguments)))
+        text = "\n".join(
+            t for k, t in iter_strings(result) if leaf_key(k) not in _NOT_TEXT
+        )
+        if text.strip():
+            if len(text) > MAX_OUTPUT_CHARS:
+                half = MAX_OUTPUT_CHARS // 2
+                text = f"{text[:half]}\n{text[-half:]}"
+            args = " ".join(t for _, t in iter_strings(arguments)) if arguments else ""
+            self.outputs.append(Output(self.server, tool, text.lower(), tokens(args)))
 
 
 def gather(
@@ -239,4 +293,7 @@ def gather(
     return UntrustedText(
         tools=tuple(t for log in logs for t in log.tools),
         results=tuple(r for log in logs for r in log.results),
+        secrets=tuple(s for log in logs for s in log.secrets),
+        clean=frozenset(c for log in logs for c in log.clean),
+        outputs=tuple(o for log in logs for o in log.outputs),
     )

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import msgspec
 
 from ..model import DeclaredCall, Violation
+from .carried import sanctioned
 from .context import CallContext
 from .names import captures, confusable, words_of
 from .patterns import canonical_ip, domain_within
@@ -250,6 +251,9 @@ def _task_names_any(
 
 
 def task_entity_mismatch(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Arguments name an entity (a recipient, an account, a ticker) the task does not, and
+    that no result the task told the agent to consult holds as data (`carried.sanctioned`:
+    "email Ana, her address is in the address book")."""
     ev: list[str] = []
     for kind, token_rx, keys, anywhere, open_choice in policy.entities:
         if open_choice and not _task_names_any(ctx, token_rx, anywhere, policy):
@@ -266,7 +270,7 @@ def task_entity_mismatch(ctx: CallContext, policy: Policy) -> list[Violation]:
         ev.extend(
             f"argument {key!r} holds {kind} {token!r}, which the task never mentions"
             for token, key in found.items()
-            if not _mentioned(token, ctx, policy)
+            if not _mentioned(token, ctx, policy) and not sanctioned(token, ctx, policy)
         )
     return (
         [

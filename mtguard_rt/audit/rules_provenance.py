@@ -33,11 +33,13 @@ from functools import lru_cache
 from typing import Any
 
 from ..model import Violation
+from .carried import carried_targets
 from .context import CallContext
-from .names import common_words, meaning, stem, words_of
+from .names import covered, meaning, same_word, words_of
 from .policy import Policy
 from .provenance import STOP_WORDS, Sentence, ToolInfo, UntrustedText, tokens
 from .text import leaf_key
+from .wants import names_tool, says, server_common, task_wants
 
 MAX_EVIDENCE = 10
 # A sibling's pointer that is more than documentation: it compels (must, required, ...) a
@@ -96,32 +98,9 @@ def _names(text: str, name: str, lower: str | None = None) -> bool:
     return _search(_mention(name), text) is not None
 
 
-def _server_common(u: UntrustedText, server: str) -> frozenset[str]:
-    return common_words(tuple(t.name for t in u.tools if t.server == server))
-
-
 def _meaning(name: str, drop: frozenset[str], common: frozenset[str]) -> frozenset[str]:
     """`meaning` without the server's common words, unless nothing else is left."""
     return meaning(name, drop | common) or meaning(name, drop)
-
-
-def _task_wants(ctx: CallContext, policy: Policy) -> bool:
-    """Does the task ask for what the tool does? It names the tool, or the last meaningful
-    word of its name (`get_yahoo_finance_news` -> news, `playwright_screenshot` ->
-    screenshot) in some form (`screenshots`, `information` for `info`)."""
-    tool = ctx.call.tool
-    text = (ctx.task_text or "").lower()
-    if tool.lower() in text or " ".join(words_of(tool)) in text:
-        return True
-    drop = policy.generic_name_words | policy.praise_words
-    common = _server_common(ctx.untrusted, ctx.call.server)
-    words = [w for w in words_of(tool) if w not in drop and w not in common]
-    words = words or [w for w in words_of(tool) if w not in drop]
-    if not words:
-        return True  # a name that says nothing cannot be checked against the task
-    head = stem(words[-1])
-    head = head[:-1] if len(head) > 4 and head.endswith("e") else head
-    return any(t.startswith(head) or stem(t) == head for t in ctx.task_tokens)
 
 
 @lru_cache(maxsize=512)  # bounds the sentences it keeps alive (a result's: at most 40)
@@ -280,7 +259,7 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     tool, server = ctx.call.tool, ctx.call.server
     ev: list[str] = []
     oblige, override = policy.obligation_cues, policy.override_cues
-    if oblige is not None and not _task_wants(ctx, policy):
+    if oblige is not None and not task_wants(ctx, policy):
         ev += _tool_choice(u, server, tool, oblige, policy)
     min_len = policy.spec.rules.induced_call.min_token_length
     task_lower = (ctx.task_text or "").lower()
@@ -317,6 +296,7 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
                         f"instruction in the {s.where()}: {_snip(s.text)!r}"
                     )
                     break
+    ev += carried_targets(ctx, policy)
     if not ev:
         return []
     reason = "the call was induced by server-controlled text, not asked for by the task"
@@ -336,22 +316,40 @@ def _compatible(a: frozenset[str], b: frozenset[str]) -> bool:
     return bool(a and b) and (a <= b or b <= a)
 
 
+def _same_job(a: frozenset[str], b: frozenset[str], policy: Policy) -> bool:
+    """`_compatible` up to synonyms (`send_email` and `send_message` do one job)."""
+    syn = policy.synonyms
+    return bool(a and b) and (covered(a, b, syn) or covered(b, a, syn))
+
+
+def _extra(mine: frozenset[str], theirs: frozenset[str], policy: Policy) -> list[str]:
+    """What `mine`'s name says beyond `theirs` (`hourly` in `get_forecast_hourly`)."""
+    return [w for w in sorted(mine) if not any(same_word(w, t, policy.synonyms) for t in theirs)]
+
+
+def _task_chose(ctx: CallContext, me: ToolInfo) -> bool:
+    """The task names this tool or its server: the choice is the user's."""
+    return names_tool(ctx, me.name) or me.server.lower() in ctx.task_tokens
+
+
 def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
     u = ctx.untrusted
     me = u.tool(ctx.call.server, ctx.call.tool)
-    if me is None or (why := _praise(me, policy)) is None:
+    if me is None or (why := _praise(me, policy)) is None or _task_chose(ctx, me):
         return []
     base = policy.generic_name_words | policy.praise_words | policy.vague_nouns
-    mine = _meaning(me.name, base, _server_common(u, me.server))
+    mine = _meaning(me.name, base, server_common(u, me.server))
     ev: list[str] = []
     for other in u.tools:
         if other is me or not _compatible(me.properties, other.properties):
             continue
-        theirs = _meaning(other.name, base, _server_common(u, other.server))
-        if not _compatible(mine, theirs) or _praise(other, policy) is not None:
+        theirs = _meaning(other.name, base, server_common(u, other.server))
+        if not _same_job(mine, theirs, policy) or _praise(other, policy) is not None:
             continue
         if me.properties != other.properties and min(len(mine), len(theirs)) < 2:
             continue  # one shared word and a different signature: a relative, not a copy
+        if any(says(w, ctx, policy) for w in _extra(mine, theirs, policy)):
+            continue  # the task asks for what this variant adds (an hourly forecast)
         ev.append(
             f"tool {me.name!r} on {me.server!r} duplicates {other.name!r} on {other.server!r} "
             f"(parameters {sorted(me.properties)}, name meaning {sorted(mine)} vs "

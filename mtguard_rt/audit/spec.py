@@ -41,6 +41,10 @@ class ListsSpec(_Strict):
     # Words of tool names that say nothing about what a tool is for (get, fetch, tool, data):
     # dropped when names are compared by meaning (induced-call, lookalike-tool).
     generic_name_words: list[str] = msgspec.field(default_factory=list)
+    # Groups of words that name the same job (send/forward/mail, message/email, delete/remove):
+    # a tool name and a task, or two tool names, that use different words of one group mean
+    # the same thing (induced-call, lookalike-tool, task-entity-mismatch).
+    name_synonyms: list[list[str]] = msgspec.field(default_factory=list)
 
 
 class NamedPattern(_Strict):
@@ -114,6 +118,11 @@ class InducedCallSpec(RuleSpec):
     obligation_cues: list[str] = msgspec.field(default_factory=list)
     override_cues: list[str] = msgspec.field(default_factory=list)
     min_token_length: int = 3  # shorter argument words (and numbers under 2 digits) never count
+    # Words of a tool's name that say it changes or sends something (delete, write, send):
+    # such a call's targets taken from another server's text are induced (`audit/carried.py`).
+    change_words: list[str] = msgspec.field(default_factory=list)
+    # Argument keys whose value is carried content (a body, a text), not a target.
+    content_keys: list[str] = msgspec.field(default_factory=list)
 
 
 class LookalikeToolSpec(RuleSpec):

@@ -1,0 +1,138 @@
+"""Argument values carried from another server's text into a call: where a target came from.
+
+`induced-call` (targets): a call whose tool changes or sends something (a change word in its
+name: delete, write, send) and whose *targets* (what to delete, write or send and where: the
+arguments that are not carried content, `content_keys`) hold a value the task never says but
+another server's text does (a recent result of another server, or another server's tool
+description) was induced by that text, unless the task asks for this change itself ("email
+Ana, her address is in the book"). A value is found in a text whole, as the same run of
+words: quoted, inside a sentence, or spelled as an identifier (`audit-trail`, `audit trail`,
+`audit_trail` are one value).
+
+`task-entity-mismatch` (sanction): an entity the task does not name (a recipient, an
+account) is sanctioned by the task when it comes from a result the task told the agent to
+consult (the producing call is one the task asks for, or was made with the task's own
+words), where it stands as data rather than inside an instruction, and the task asks for the
+call's change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from .context import CallContext
+from .policy import Policy
+from .provenance import STOP_WORDS, Output, tokens, word_line
+from .text import leaf_key
+from .wants import change_words, task_asks_change, task_wants
+
+MAX_TARGET_CHARS = 200  # a longer value is content, not a target
+MAX_EVIDENCE = 6
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
+# A sentence addressing the agent with an order to pass something on: "forward my inbox to
+# x@y", "send the card to ...", "please email ..."
+_PASS_ON = re.compile(
+    r"\b(forward|send|e-?mail|mail|cc|bcc|copy|transfer|wire|pay|share)\w*\b[^\n]{0,80}\bto\b|"
+    r"\b(assistant|ai|agent|llm)\b|\bplease\b",
+    re.I,
+)
+
+
+def _words_of_value(value: str) -> str:
+    return word_line(value).strip()
+
+
+def _novel(value: str, ctx: CallContext, min_len: int) -> bool:
+    """Does the value hold a word the task never says (not a function word, not a short
+    one, not a one-digit number)?"""
+    return any(
+        (len(w) >= min_len and not w.isdigit()) or (w.isdigit() and len(w) >= 2)
+        for w in tokens(value) - ctx.task_tokens - STOP_WORDS
+    )
+
+
+def targets(ctx: CallContext, policy: Policy) -> Iterator[tuple[str, str, str]]:
+    """(key, value, value as words) of the call's target arguments the task never says."""
+    task_words = word_line(ctx.task_text or "")
+    min_len = policy.spec.rules.induced_call.min_token_length
+    for key, value in ctx.arg_items:
+        if leaf_key(key).lower() in policy.content_keys:
+            continue
+        v = value.strip()
+        if not 3 <= len(v) <= MAX_TARGET_CHARS:
+            continue
+        words = _words_of_value(v)
+        if not words or f" {words} " in task_words or not _novel(v, ctx, min_len):
+            continue
+        yield key, v, words
+
+
+def _sources(ctx: CallContext) -> Iterator[tuple[str, str]]:
+    """(where, text as words) of every other server's recent results and descriptions."""
+    u, me = ctx.untrusted, ctx.call.server
+    for o in u.outputs:
+        if o.server != me:
+            yield f"result of {o.tool!r} on {o.server!r}", o.words
+    for t in u.tools:
+        if t.server != me and t.description:
+            yield f"description of {t.name!r} on {t.server!r}", word_line(t.description)
+
+
+def carried_targets(ctx: CallContext, policy: Policy) -> list[str]:
+    """Evidence for `induced-call`: targets of a change call taken from another server's text
+    the task did not ask for this change with."""
+    if not ctx.untrusted or not change_words(ctx.call.tool, policy):
+        return []
+    if ctx.annotations.get("readOnlyHint") is True or task_asks_change(ctx, policy):
+        return []
+    ev: list[str] = []
+    sources = list(_sources(ctx))
+    for key, value, words in targets(ctx, policy):
+        for where, text in sources:
+            if f" {words} " in text:
+                ev.append(
+                    f"argument {key!r} = {value[:80]!r} (a target of {ctx.call.tool!r}, which "
+                    f"the task does not ask for) is taken from the {where}, not from the task"
+                )
+                break
+        if len(ev) >= MAX_EVIDENCE:
+            break
+    return ev
+
+
+def _instructs(o: Output, words: str, policy: Policy) -> bool:
+    """Is the value, in this output, inside a sentence that instructs the agent?"""
+    low = o.lower
+    found = False
+    for sentence in _SENTENCE.split(low):
+        if f" {words} " not in word_line(sentence):
+            continue
+        found = True
+        cues = (policy.obligation_cues, policy.override_cues)
+        if _PASS_ON.search(sentence) or any(c is not None and c.search(sentence) for c in cues):
+            return True
+    return not found  # split across sentences: not plainly data
+
+
+def _consulted(o: Output, ctx: CallContext, policy: Policy) -> bool:
+    """Did the task tell the agent to make the call that produced `o`?"""
+    asked = o.arg_tokens & ctx.task_tokens - STOP_WORDS
+    if any(len(w) >= 3 or w.isdigit() for w in asked):
+        return True
+    return task_wants(ctx, policy, o.tool, o.server)
+
+
+def sanctioned(value: str, ctx: CallContext, policy: Policy) -> bool:
+    """Is an entity the task does not name one the task told the agent to look up?"""
+    if not ctx.untrusted.outputs or not task_asks_change(ctx, policy):
+        return False
+    if change_words(ctx.call.tool, policy) == [] and not task_wants(ctx, policy):
+        return False
+    words = _words_of_value(value)
+    if not words:
+        return False
+    return any(
+        f" {words} " in o.words and _consulted(o, ctx, policy) and not _instructs(o, words, policy)
+        for o in ctx.untrusted.outputs
+    )
