@@ -1,0 +1,362 @@
+"""One secrets detector for every rule that reads untrusted text for credentials.
+
+`find_secrets(text)` returns `Finding`s: self-identifying credential formats (private key
+blocks, AWS/GCP/Azure keys, GitHub/GitLab/Slack/Stripe/npm/PyPI/OpenAI/Anthropic tokens,
+JWTs), credentials in URLs (`scheme://user:pass@host`) and credential assignments
+(`password=...`, `"api_key": "..."`, `token: ...`) whose value looks real (no placeholder,
+mixed characters). A bare high-entropy string (a hash, a UUID, a git SHA, a base64 image) is
+never a finding. Each is also found in base64 and hex payloads and split into groups
+(joined by spaces, dashes or newlines). Pure; bounded by `MAX_SCAN_CHARS` per text.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .text import decoded_variants, iter_strings, leaf_key
+
+MAX_SCAN_CHARS = 2 * 1024 * 1024  # per text: its head and tail (half each) beyond this
+MAX_DECODE_CHARS = 256 * 1024  # per text: base64/hex payloads are looked for this far
+MAX_FINDINGS = 20  # per text
+MIN_VALUE = 8  # shortest secret value worth tracking
+
+# (kind, regex): formats that say by themselves that they are credentials.
+_FORMATS: tuple[tuple[str, str], ...] = (
+    (
+        "private key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*(?:\r?\n|\\r?\\n)"
+        r"(?:[\w-]+: [^\n]*(?:\r?\n|\\n))*\s*[A-Za-z0-9+/=]{40,}",
+    ),
+    ("AWS access key id", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    ("GCP API key", r"\bAIza[0-9A-Za-z_-]{35}(?![\w-])"),
+    ("Google OAuth token", r"\bya29\.[0-9A-Za-z_-]{30,}"),
+    ("Azure client secret", r"(?<![\w~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])"),
+    ("Azure SAS signature", r"[?&]sig=[A-Za-z0-9%+/]{40,}={0,2}"),
+    ("GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b"),
+    ("GitHub fine-grained token", r"\bgithub_pat_[A-Za-z0-9_]{40,255}\b"),
+    ("GitLab token", r"\bgl(?:pat|dt|rt|ptt|cbt|oas|soat|ft|imt)-[A-Za-z0-9_-]{20,}"),
+    ("Slack token", r"\bxox[abposre]-\d{6,}-[A-Za-z0-9-]{8,}"),
+    ("Slack webhook", r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
+    ("Stripe live key", r"\b(?:sk|rk)_live_[A-Za-z0-9]{20,}\b"),
+    ("Stripe webhook secret", r"\bwhsec_[A-Za-z0-9]{24,}\b"),
+    ("Anthropic API key", r"\bsk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_-]{40,}"),
+    ("OpenAI API key", r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{32,}"),
+    ("API key (sk-)", r"\bsk-[A-Za-z0-9]{32,}\b"),
+    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("PyPI token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}"),
+    ("Hugging Face token", r"\bhf_[A-Za-z0-9]{34,}\b"),
+    ("SendGrid key", r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b"),
+    ("DigitalOcean token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
+    ("Docker Hub token", r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
+    ("Telegram bot token", r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b"),
+    ("JWT", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"),
+)
+_FORMAT_RE = re.compile("|".join(f"(?P<f{i}>{rx})" for i, (_, rx) in enumerate(_FORMATS)))
+_FORMAT_KINDS = {f"f{i}": kind for i, (kind, _) in enumerate(_FORMATS)}
+# Cheap pre-check: a text holding none of these cannot match a format.
+_FORMAT_HINT = re.compile(
+    r"PRIVATE KEY|AKIA|ASIA|ABIA|ACCA|AIza|ya29\.|\dQ~|sig=|gh[pousr]_|github_pat_|gl[a-z]{1,4}-"
+    r"|xox|hooks\.slack|_live_|whsec_|sk-|npm_|pypi-|hf_|SG\.|_v1_|dckr_|:AA|eyJ"
+)
+
+# scheme://user:password@host (a token alone as the user part is a format above)
+_URL_CRED = re.compile(
+    r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,15}://([^\s:/?#@'\"<>`]{1,64}):([^\s/?#@'\"<>`]{1,128})@[\w.-]+"
+)
+
+# An assignment whose key names a credential: `password=x`, `"api_key": "x"`, `Token: x`.
+_CRED_KEY = (
+    r"[A-Za-z0-9_.-]{0,40}?(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey"
+    r"|access[_-]?key|private[_-]?key|client[_-]?secret|auth[_-]?key|account[_-]?key"
+    r"|signing[_-]?key|encryption[_-]?key|master[_-]?key|credentials?)[A-Za-z0-9_.-]{0,20}"
+)
+_ASSIGN = re.compile(
+    rf"(?i)(?<![\w.-])([\"']?)((?:{_CRED_KEY})|api key|access key|secret key)\1"
+    r"[ \t]*(?:=>|:=|=|:|\s+is:?)[ \t]*([\"']?)([^\s\"'`,;<>)\]}]{%d,200})" % MIN_VALUE
+)
+# Words of a key that name something about a credential, not the credential itself.
+_NOT_VALUE_WORDS = frozenset(
+    "count max min type len length limit size name names id ids usage used expires expiry "
+    "expiration ttl url uri path file dir field hint policy prompt label header hash digest "
+    "checksum fingerprint sha format prefix kind scope endpoint env var variable ref version "
+    "required enabled optional rotation rotated issued created updated at lifetime".split()
+)
+_PLACEHOLDER = re.compile(
+    r"(?i)example|your|x{4}|\*{3}|changeme|change[_-]me|placeholder|redacted|dummy|sample"
+    r"|replace|insert|fake|todo|tbd|here|secret|password|token|<|>|\{|\}|\$|%|\.\.\.|…|^none$"
+    r"|^null$|^undefined$|^true$|^false$"
+)
+_CODE_REF = re.compile(r"(?i)^(?:process\.env|os\.environ|env\.|getenv|self\.|this\.|config\.)|\(")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_WS = re.compile(r"\s+")
+_WS_DASH = re.compile(r"[\s-]+")
+# a value a secret-returning tool hands back: a token of mixed characters
+_VALUE_TOKEN = re.compile(r"(?<![\w+/=.~-])[\w+/=.~-]{12,200}(?![\w+/=.~-])")
+
+# Words that mean a credential, in a task (the user asks for one) or a tool's name.
+CREDENTIAL_WORDS = re.compile(
+    r"(?i)\b(?:passwords?|passwd|passphrases?|secrets?|tokens?|credentials?|creds|api[ _-]?keys?"
+    r"|apikeys?|(?:access|secret|private|ssh|deploy|signing|license|encryption|gpg|pgp|cloud"
+    r"|aws|service|master|root|session|auth)[ _-]?keys?|key[ _-]?pairs?|keypairs?|jwts?|dsn"
+    r"|connection[ _-]strings?|env|environment(?: variables?)?|\.env|logins?|bearer|oauth)\b"
+)
+_SECRET_TOOL_WORDS = frozenset(
+    "secret secrets password passwords passwd passphrase token tokens credential credentials "
+    "creds apikey".split()
+)
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One secret in a text: its kind, the value, how it was written, the key naming it."""
+
+    kind: str
+    value: str
+    encoding: str = "plain"  # plain | base64 | hex | split
+    key: str = ""  # the assignment's key or the URL's user, when there is one
+
+    def redacted(self) -> str:
+        """A prefix and the length, never the value: safe for verdicts and logs."""
+        shown = self.value[: min(4, len(self.value) // 4)]
+        return f"{shown!r}... ({len(self.value)} chars)"
+
+    def describe(self) -> str:
+        how = "" if self.encoding == "plain" else f", {self.encoding}-encoded"
+        key = f" in {self.key!r}" if self.key and self.kind != "credential in a URL" else ""
+        return f"{self.kind}{key} {self.redacted()}{how}"
+
+
+def entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values()) if n else 0.0
+
+
+def _classes(value: str) -> int:
+    return (
+        any(c.islower() for c in value)
+        + any(c.isupper() for c in value)
+        + any(c.isdigit() for c in value)
+        + any(not c.isalnum() for c in value)
+    )
+
+
+def looks_real(value: str) -> bool:
+    """Could `value` be a real secret (not a placeholder, a reference, a word or a number)?"""
+    if len(value) < MIN_VALUE or _PLACEHOLDER.search(value) or _CODE_REF.search(value):
+        return False
+    if value.startswith(("/", "./", "~/", "http:", "https:")) or _UUID.match(value):
+        return False
+    if len(set(value)) < 6:
+        return False
+    return _classes(value) >= 3 or (_classes(value) == 2 and entropy(value) >= 3.5)
+
+
+def _format_ok(value: str) -> bool:
+    """A format match that is not a placeholder (AKIAIOSFODNN7EXAMPLE, ghp_xxxx...)."""
+    if "PRIVATE KEY" in value:  # a key body may hold runs of "A" (zero bytes)
+        return len(set(value.rsplit("-----", 1)[-1])) >= 16
+    if "EXAMPLE" in value.upper() or re.search(r"(.)\1{7}", value):
+        return False
+    return len(set(value)) >= 10
+
+
+def _formats(text: str) -> list[tuple[str, str]]:
+    if not _FORMAT_HINT.search(text):
+        return []
+    out = []
+    for m in _FORMAT_RE.finditer(text):
+        value = m.group(0)
+        if _format_ok(value):
+            out.append((_FORMAT_KINDS[m.lastgroup or ""], value))
+    return out
+
+
+def _plain(text: str, encoding: str) -> list[Finding]:
+    found = [Finding(kind, value, encoding) for kind, value in _formats(text)]
+    if "://" in text:
+        for m in _URL_CRED.finditer(text):
+            user, password = m.group(1), m.group(2)
+            if password != user and looks_real(password):
+                found.append(Finding("credential in a URL", password, encoding, user))
+    lowered = text.lower()
+    if any(w in lowered for w in ("pass", "pwd", "secret", "token", "key", "credential")):
+        for m in _ASSIGN.finditer(text):
+            key, value = m.group(2), m.group(4)
+            if _NOT_VALUE_WORDS.intersection(name_words(key)) or not looks_real(value):
+                continue
+            if any(value in f.value or f.value in value for f in found):
+                continue  # a format already found it (token=ghp_...)
+            found.append(Finding("credential assignment", value, encoding, key))
+    return found
+
+
+def _split(text: str, seen: Iterable[str]) -> list[Finding]:
+    """Formats that appear only once spaces/newlines (or also dashes) are removed, and whose
+    original spelling cuts them into groups of one length (an encoding, not prose)."""
+    out: list[Finding] = []
+    known = set(seen)
+    for squeeze in (_WS, _WS_DASH):
+        joined = squeeze.sub("", text)
+        if joined == text:
+            continue
+        for kind, value in _formats(joined):
+            if value in known or value in text:
+                continue
+            sep = r"[\s-]*" if squeeze is _WS_DASH else r"\s*"
+            spelled = re.search(sep.join(map(re.escape, value)), text)
+            if spelled and _grouped(spelled.group(0), squeeze):
+                known.add(value)
+                out.append(Finding(kind, value, "split"))
+    return out
+
+
+def _grouped(spelling: str, separators: re.Pattern[str]) -> bool:
+    """Are the inner groups of `spelling` (split at its separators) all one length?"""
+    groups = [g for g in separators.split(spelling) if g]
+    inner = groups[1:-1]
+    return len(groups) >= 4 and len({len(g) for g in inner}) == 1 and 2 <= len(inner[0]) <= 12
+
+
+@lru_cache(maxsize=32)
+def find_secrets(text: str) -> tuple[Finding, ...]:
+    """Every secret in `text` (plain, in base64/hex payloads, split into groups); cached per
+    text, since a result is read by the post rule and the session ledger alike."""
+    if len(text) > MAX_SCAN_CHARS:
+        half = MAX_SCAN_CHARS // 2
+        text = f"{text[:half]}\n{text[-half:]}"
+    found = _plain(text, "plain")
+    for enc, decoded in decoded_variants(text[:MAX_DECODE_CHARS]):
+        found += [f for f in _plain(decoded, enc) if not any(f.value == g.value for g in found)]
+    if len(found) < MAX_FINDINGS:
+        found += _split(text, (f.value for f in found))
+    return tuple(found[:MAX_FINDINGS])
+
+
+def b64_forms(value: str) -> list[str]:
+    """Substrings that any base64 encoding of `value` contains, whatever its offset."""
+    data = value.encode()
+    forms = []
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + data).decode()
+        start = (pad * 4 + 2) // 3 + 1
+        forms.append(enc[start : len(enc) - 4])
+    return [f for f in forms if len(f) >= 8]
+
+
+def carries(text: str, value: str) -> str | None:
+    """How `text` carries `value`: "plain", "base64", "hex", "split" (its characters in order
+    with only spaces/dashes between), or None."""
+    if len(value) < MIN_VALUE:
+        return None
+    if value in text:
+        return "plain"
+    if any(form in text for form in b64_forms(value)):
+        return "base64"
+    if value.encode().hex() in text.lower():
+        return "hex"
+    if _WS_DASH.sub("", value) in _WS_DASH.sub("", text):
+        return "split"
+    return None
+
+
+def asks_for_credentials(text: str | None) -> str | None:
+    """The credential word in `text` (a task), if any: the user asks about a secret."""
+    m = CREDENTIAL_WORDS.search(text or "")
+    return m.group(0) if m else None
+
+
+def name_words(name: str) -> list[str]:
+    """Lower-case words of an identifier: get_secret, getApiKey, list-tokens."""
+    return [w.lower() for w in _NAME_WORDS.findall(name)]
+
+
+def secret_tool(name: str) -> bool:
+    """Does a tool's name say its job is handing out a secret (get_secret, create_token)?"""
+    words = name_words(name)
+    pairs = {a + b for a, b in itertools.pairwise(words)}
+    return bool(_SECRET_TOOL_WORDS.intersection(words) or "apikey" in pairs)
+
+
+def tool_values(text: str) -> tuple[Finding, ...]:
+    """What a secret-returning tool's result holds that could be the secret: tokens of mixed
+    characters (letters and digits, 12+), not a UUID; bounded by `MAX_FINDINGS`."""
+    out = []
+    for m in _VALUE_TOKEN.finditer(text[:MAX_DECODE_CHARS]):
+        value = m.group(0)
+        has_digit = any(c.isdigit() for c in value)
+        if has_digit and any(c.isalpha() for c in value) and looks_real(value):
+            out.append(Finding("value of a secret-returning tool", value))
+            if len(out) >= MAX_FINDINGS:
+                break
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """A secret that reached the agent in a result: which server and tool it came from."""
+
+    server: str
+    tool: str
+    kind: str
+    value: str
+
+
+_NOT_TEXT = frozenset({"type", "mimeType"})
+
+
+def result_secrets(tool: str, result: Any) -> list[tuple[str, Finding]]:
+    """(key path, finding) for every distinct secret in a result; a tool whose name says it
+    hands out secrets (`secret_tool`) also for its mixed-character values (`tool_values`)."""
+    job = secret_tool(tool)
+    out: list[tuple[str, Finding]] = []
+    seen: set[str] = set()
+    for key, text in iter_strings(result):
+        if leaf_key(key) in _NOT_TEXT or len(text) < MIN_VALUE:
+            continue
+        for f in find_secrets(text) + (tool_values(text) if job else ()):
+            if f.value not in seen:
+                seen.add(f.value)
+                out.append((key, f))
+        if len(out) >= MAX_FINDINGS:
+            break
+    return out[:MAX_FINDINGS]
+
+
+def sightings(server: str, tool: str, result: Any, arguments: Any = None) -> tuple[Sighting, ...]:
+    """The secrets a result of `tool` on `server` handed the agent, minus the values the
+    call's own arguments carried (the agent's, echoed back)."""
+    args = [t for _, t in iter_strings(arguments)] if arguments else []
+    return tuple(
+        Sighting(server, tool, f.kind, f.value)
+        for _, f in result_secrets(tool, result)
+        if not any(f.value in a for a in args)
+    )
+
+
+__all__ = [
+    "CREDENTIAL_WORDS",
+    "MAX_FINDINGS",
+    "Finding",
+    "Sighting",
+    "asks_for_credentials",
+    "b64_forms",
+    "carries",
+    "entropy",
+    "find_secrets",
+    "looks_real",
+    "name_words",
+    "result_secrets",
+    "secret_tool",
+    "sightings",
+    "tool_values",
+]
