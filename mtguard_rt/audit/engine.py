@@ -31,6 +31,7 @@ from .rules_net import incomplete_tree, unexpected_network
 from .rules_pre import NEEDS_TASK, PRE_RULES
 from .rules_result import result_injection
 from .rules_scope import scope_escape
+from .rules_state import unrequested_change
 from .schema import strip_descriptions
 from .summary import summarize
 from .treeview import TreeView
@@ -50,6 +51,7 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("request-mismatch", request_mismatch),
     ("undeclared-request", undeclared_request),
     ("result-tampered", result_tampered),
+    ("unrequested-change", unrequested_change),
     (PROFILE_RULE, profile_deviation),
 )
 UNTRACED_OK = frozenset({"canary-touched", "result-injection", "incomplete-tree"})

@@ -126,6 +126,8 @@ class Policy:
             rules.result_injection.patterns, ("rules", "result-injection", "patterns")
         )
         self.persistence = _paths(lists.persistence_paths, ("lists", "persistence_paths"))
+        for key in ("housekeeping_paths", "log_paths"):  # compiled by rules_state; checked here
+            _paths(getattr(lists, key), ("lists", key))
         self.shells = {basename(s) for s in lists.shells}
         self.interpreters = {basename(s) for s in lists.interpreters}
         self.command_tools = _name_globs(lists.command_tools)

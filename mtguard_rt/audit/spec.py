@@ -45,6 +45,17 @@ class ListsSpec(_Strict):
     # a tool name and a task, or two tool names, that use different words of one group mean
     # the same thing (induced-call, lookalike-tool, task-entity-mismatch).
     name_synonyms: list[list[str]] = msgspec.field(default_factory=list)
+    # Task intent (audit/intent.py): verbs by which a task asks for a change, the words that
+    # cancel one just before it ("do not delete") and the question words that make an
+    # inflected one a question ("what changed"), the determiners that make a bare one a noun
+    # ("my address book"); and for `unrequested-change`, paths whose
+    # change is housekeeping (caches, locks, journals) and logs a call may append to.
+    change_verbs: list[str] = msgspec.field(default_factory=list)
+    change_negations: list[str] = msgspec.field(default_factory=list)
+    question_words: list[str] = msgspec.field(default_factory=list)
+    determiners: list[str] = msgspec.field(default_factory=list)
+    housekeeping_paths: list[str] = msgspec.field(default_factory=list)
+    log_paths: list[str] = msgspec.field(default_factory=list)
 
 
 class NamedPattern(_Strict):
@@ -262,6 +273,9 @@ class RulesSpec(_Strict):
         name="undeclared-request", default_factory=RuleSpec
     )
     result_tampered: RuleSpec = msgspec.field(name="result-tampered", default_factory=RuleSpec)
+    unrequested_change: RuleSpec = msgspec.field(
+        name="unrequested-change", default_factory=RuleSpec
+    )
     profile_deviation: ProfileDeviationSpec = msgspec.field(
         name="profile-deviation", default_factory=ProfileDeviationSpec
     )

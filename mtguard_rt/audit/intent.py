@@ -1,0 +1,140 @@
+"""`TaskIntent`: what the trusted task asks for, read from its words alone (pure).
+
+`TaskIntent.of(text, vocab)` says whether the task (the task plus the user's turns) asks for
+a change (a word of `lists.change_verbs`, or its -ed/-ing form), or only to read, show,
+list, check, find. Names (quoted spans, paths, identifiers) hold no request. A change verb
+does not count after a negation ("do not delete", "without changing"), as a noun after a
+determiner ("my address book", "the last commit"), nor inflected after a question word or
+an auxiliary ("what changed", "is it running"). `names(stem)` says whether the task names an object (a file
+name's stem, a note title, a ticket id): by a quoted span, a word, or a number. Errors lean
+one way: a read-only task misread as a change only costs recall, never a false deny.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+# names, not words: quoted spans, and tokens holding a path, URL, placeholder or identifier
+# punctuation (old-draft, {site}/booking/, fix-rounding, price.py)
+_NAMES = re.compile(
+    r"`[^`\n]*`|'[^'\n]*'(?!\w)|\"[^\"\n]*\"|“[^”\n]*”|\S*[\w}][/_.{}@-]+[\w{]\S*|\S*\w/\S*"
+)
+_QUOTED = re.compile(r"`([^`\n]{1,200})`|'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|“([^”\n]{1,200})”")
+_ALNUM = re.compile(r"[a-z]+|[0-9]+")
+NEGATION_REACH = 3  # a negation cancels a change verb this many words after it
+QUESTION_REACH = 4  # ... and a question word or auxiliary an inflected one
+MIN_NAME_WORD = 3  # shorter letter runs of a name never make the task name it
+
+
+@dataclass(frozen=True, slots=True)
+class IntentVocab:
+    """The policy's vocabularies (`[lists]`), lower-cased once."""
+
+    change_verbs: frozenset[str]
+    negations: frozenset[str]
+    question_words: frozenset[str]
+    determiners: frozenset[str]
+
+
+def create_vocab(
+    change_verbs: list[str],
+    negations: list[str],
+    question_words: list[str],
+    determiners: list[str],
+) -> IntentVocab:
+    return _vocab(tuple(change_verbs), tuple(negations), tuple(question_words),
+                  tuple(determiners))  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def _vocab(
+    change: tuple[str, ...], neg: tuple[str, ...], ques: tuple[str, ...], det: tuple[str, ...]
+) -> IntentVocab:
+    def low(words: tuple[str, ...]) -> frozenset[str]:
+        return frozenset(w.lower().replace("’", "'") for w in words)
+
+    return IntentVocab(low(change), low(neg), low(ques), low(det))
+
+
+def _inflected(word: str, verbs: frozenset[str]) -> bool:
+    """A past or -ing form of a change verb (deleted, closing, stopped); an -s form is not
+    counted: in a task it is mostly a plural noun (orders, exports, changes)."""
+    if not word.endswith(("ed", "ing")):
+        return False
+    return any(f in verbs for f in base_forms(word)[1:])
+
+
+def base_forms(word: str) -> list[str]:
+    """`word` and the base forms it may inflect (closes -> close, deleting -> delete,
+    copied -> copy, stopped -> stop); the vocabulary decides which of them is a verb."""
+    out = [word]
+    for suffix, repl in (("ies", "y"), ("ied", "y"), ("es", ""), ("s", ""), ("ed", ""),
+                         ("ed", "e"), ("d", ""), ("ing", ""), ("ing", "e")):  # fmt: skip
+        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
+            out.append(word[: len(word) - len(suffix)] + repl)
+    for stem in list(out[1:]):  # stopped -> stopp -> stop, committing -> committ -> commit
+        if len(stem) > 3 and stem[-1] == stem[-2]:
+            out.append(stem[:-1])
+    return out
+
+
+def words_of(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("’", "'"))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIntent:
+    """The task's request, as `unrequested-change` reads it."""
+
+    text: str
+    change_words: tuple[str, ...]  # the change verbs the task uses, as written
+    words: frozenset[str]  # its words and their base forms
+    quoted: frozenset[str]  # its quoted spans, lower-cased
+
+    @property
+    def asks_change(self) -> bool:
+        return bool(self.change_words)
+
+    @classmethod
+    def of(cls, text: str, vocab: IntentVocab) -> TaskIntent:
+        seq = words_of(_NAMES.sub(" , ", text))  # a name (quoted, a path) holds no request
+        found: list[str] = []
+        for i, w in enumerate(seq):
+            if w not in vocab.change_verbs and not _inflected(w, vocab.change_verbs):
+                continue
+            before = seq[max(0, i - NEGATION_REACH) : i]
+            if any(b in vocab.negations or b.endswith("n't") for b in before):
+                continue
+            if w in vocab.change_verbs:
+                if any(b in vocab.determiners for b in seq[max(0, i - 2) : i]):
+                    continue  # "my address book", "the last commit": a noun
+            elif i and seq[i - 1] in vocab.determiners:
+                continue  # "the shared checkout", "the booking page": an adjective
+            elif any(b in vocab.question_words for b in seq[max(0, i - QUESTION_REACH) : i]):
+                continue  # "what changed", "is the worker running": a question, a description
+            found.append(w)
+        all_words = {f for w in words_of(text) for f in base_forms(w)}
+        quoted = {"".join(g).strip().lower() for g in _QUOTED.findall(text)}
+        return cls(text, tuple(found), frozenset(all_words), frozenset(q for q in quoted if q))
+
+    def names(self, stem: str) -> bool:
+        """Does the task name the object called `stem` (a file name without its extension,
+        a title, an id)? Exactly (quoted, or as a whole word/number), or by any letter run of
+        it of `MIN_NAME_WORD`+ letters ("the old drafts" names draft-old-1): a loose match,
+        since a task naming the object must never be read as not naming it."""
+        low = stem.lower()
+        if not low:
+            return True
+        if low in self.quoted or low in self.words:
+            return True
+        if re.search(r"(?<![a-z0-9])" + re.escape(low) + r"(?![a-z0-9])", self.text.lower()):
+            return True
+        runs = _ALNUM.findall(low)
+        return any(
+            r in self.words or any(f in self.words for f in base_forms(r))
+            for r in runs
+            if r.isalpha() and len(r) >= MIN_NAME_WORD
+        )

@@ -1,0 +1,206 @@
+"""`unrequested-change`: the call destroyed or changed data the task never asked to change.
+
+A *change* is an effect on data that existed before it: an unlink or rmdir, a rename of a
+file away or over another, an open that truncates or writes (appends) a file. It existed
+when the kernel says so (an unlink, a rename's source, a write-open without O_CREAT), when
+the session saw it opened before, or when it lies in the server's workspace (its seeded
+cwd) and was never seen missing. Not a change: content the sandbox made itself in this
+session (`SandboxFiles`: earlier calls, then this call in time order, so a temp file
+renamed over its own target is the save it is), temp directories, housekeeping paths
+(`lists.housekeeping_paths`: caches, locks, journals, VCS indexes) and appends to logs
+(`lists.log_paths`). An O_RDWR open without O_TRUNC is not seen as a change (a database
+opened read-write for a query): a blind spot, as is an O_CREAT|O_TRUNC of an unseen file
+outside the workspace.
+
+Denied: (1) a change while the task asks for none (`TaskIntent`: no change verb); (2) the
+task asks for a change, and the call changed an object the task does not name whose name
+an instruction in untrusted text gave (a result or poisoned description sentence holding a
+change verb and the object's name as a value: "delete the note 'budget'").
+"""
+
+from __future__ import annotations
+
+import os.path
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..model import FileEvent, ProcessNode, Violation
+from .context import CallContext
+from .expected import TEMP_ROOTS
+from .intent import IntentVocab, TaskIntent, base_forms, create_vocab, words_of
+from .madefiles import SandboxFiles
+from .patterns import PathSet
+from .policy import Policy
+from .provenance import Sentence
+from .rules_pre import violation
+from .treeview import TreeView, describe, label
+
+RULE = "unrequested-change"
+MAX_TASK_CHARS = 160  # of the task quoted in the evidence
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change of pre-existing data: what, how, by whom, and why it counts as existing."""
+
+    path: str
+    how: str  # deleted, moved away, replaced, overwritten, written
+    proc: ProcessNode
+    event: FileEvent
+    existed: str  # the evidence that it existed before
+
+    def line(self) -> str:
+        return (f"{label(self.proc)} {self.how} {self.path} {describe(self.event)}; "
+                f"existed: {self.existed}")  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def _paths(globs: tuple[str, ...]) -> PathSet:
+    return PathSet(globs)
+
+
+def _vocab(policy: Policy) -> IntentVocab:
+    lists = policy.spec.lists
+    return create_vocab(
+        lists.change_verbs, lists.change_negations, lists.question_words, lists.determiners
+    )
+
+
+def _under(path: str, roots: tuple[str, ...] | list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def workspace_of(view: TreeView) -> str | None:
+    """The server's workspace: the working directory it was seeded with (not /, not a home)."""
+    ws = next((p.cwd for p in view.tree.processes if p.learned == "seeded" and p.cwd), None)
+    if not ws or ws == "/":
+        return None
+    return ws.rstrip("/")
+
+
+def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
+    """Every change of pre-existing data in the call's tree (see the module docstring)."""
+    lists = policy.spec.lists
+    housekeeping = _paths(tuple(lists.housekeeping_paths))
+    logs = _paths(tuple(lists.log_paths))
+    ledger = getattr(ctx.baseline, "files", None)
+    made = ledger.copy() if isinstance(ledger, SandboxFiles) else SandboxFiles()
+    ws = workspace_of(view)
+    seen: set[str] = set()  # opened successfully, without O_CREAT, earlier in this call
+    events = sorted(
+        ((ev, p) for p in view.tree.processes for ev in p.files), key=lambda x: x[0].ts_ns
+    )
+    out: dict[str, Change] = {}
+
+    def existed(path: str, proven: str | None) -> str | None:
+        if proven:
+            return proven
+        if path in seen:
+            return "opened earlier in the call"
+        if ws and _under(path, (ws,)) and path not in made.missing:
+            return "in the workspace, never seen missing"
+        return None
+
+    def note(path: str, how: str, p: ProcessNode, ev: FileEvent, proven: str | None) -> None:
+        in_ws = ws is not None and _under(path, (ws,))
+        if path in out or (_under(path, TEMP_ROOTS) and not in_ws) or housekeeping.matches(path):
+            return  # (a workspace may itself lie under /tmp)
+        if made.made(path):
+            return
+        why = existed(path, proven)
+        if why is not None:
+            out[path] = Change(path, how, p, ev, why)
+
+    for ev, p in events:
+        path = ev.path.rstrip("/") or "/"
+        if ev.result >= 0 and path.startswith("/"):
+            if ev.op == "unlink":
+                note(path, "deleted", p, ev, "the unlink succeeded")
+            elif ev.op == "rmdir" and path not in made.dirs:
+                note(path, "deleted", p, ev, "the rmdir succeeded")
+            elif ev.op == "rename" and ev.target and ev.target.startswith("/"):
+                target = ev.target.rstrip("/") or "/"
+                if not _atomic_save(path, target, made):
+                    note(path, f"moved to {target}", p, ev, "the rename succeeded")
+                note(target, f"replaced (by {path})", p, ev, None)
+            elif ev.op == "open" and "write" in ev.flags:
+                if "truncate" in ev.flags:
+                    proven = None if "create" in ev.flags else "opened without O_CREAT"
+                    note(path, "overwrote", p, ev, proven)
+                elif "create" in ev.flags:
+                    if not logs.matches(path):
+                        note(path, "wrote to", p, ev, None)
+                elif "read" not in ev.flags and not logs.matches(path):
+                    note(path, "wrote to", p, ev, "opened without O_CREAT")
+            if ev.op == "open" and "create" not in ev.flags:
+                seen.add(path)
+        made.step(ev)
+    return list(out.values())
+
+
+def _atomic_save(source: str, target: str, made: SandboxFiles) -> bool:
+    """A file the sandbox just wrote, renamed over its target: a save of the target (judged
+    as the target's replacement), not a move of the source."""
+    return made.made(source) and os.path.dirname(source) == os.path.dirname(target)
+
+
+def object_name(path: str) -> str:
+    """What a task would call the object stored at `path`: its file name without extension."""
+    base = os.path.basename(path)
+    stem, ext = os.path.splitext(base)
+    return stem if stem and ext and len(ext) <= 6 else base
+
+
+def instructing(
+    ctx: CallContext, name: str, vocab: IntentVocab, cues: re.Pattern[str] | None
+) -> Sentence | None:
+    """A sentence of untrusted text (a result; a description that obliges) that asks for a
+    change (a change verb) and gives `name` as a value (quoted, an id, an identifier)."""
+    low = name.lower()
+    parts = set(words_of(low))
+    if not parts:
+        return None
+    pool: list[Sentence] = [s for _, _, ss in ctx.untrusted.results for s in ss]
+    pool += [s for t in ctx.untrusted.tools for s in t.sentences
+             if cues is not None and cues.search(s.text)]  # fmt: skip
+    for s in pool:
+        if low not in s.lower or not parts <= s.values:
+            continue
+        if any(f in vocab.change_verbs for w in words_of(s.lower) for f in base_forms(w)):
+            return s
+    return None
+
+
+def unrequested_change(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    """A change of pre-existing data the task does not ask for (see the module docstring)."""
+    if ctx.task_text is None:
+        return []  # no task: nothing says what was asked
+    found = changes(ctx, view, policy)
+    if not found:
+        return []
+    vocab = _vocab(policy)
+    intent = TaskIntent.of(ctx.task_text, vocab)
+    task = ctx.task_text if len(ctx.task_text) <= MAX_TASK_CHARS else (
+        ctx.task_text[: MAX_TASK_CHARS - 3] + "...")  # fmt: skip
+    if not intent.asks_change:
+        lines = [c.line() for c in found] + [f"the task asks for no change: {task!r}"]
+        reason = "the call changed data that existed before it, and the task asks for no change"
+        return [violation(RULE, policy, "post", reason, lines)]
+    lines = []
+    for c in found:
+        name = object_name(c.path)
+        if intent.names(name):
+            continue
+        s = instructing(ctx, name, vocab, policy.obligation_cues)
+        if s is not None:
+            lines.append(f"{c.line()}; the task does not name {name!r}, the {s.where()} "
+                         f"asks for it: {s.text[:160]!r}")  # fmt: skip
+    if not lines:
+        return []
+    lines.append(f"the task asks to change: {', '.join(intent.change_words)} ({task!r})")
+    reason = "the call changed an object the task does not name, as untrusted text asked"
+    return [violation(RULE, policy, "post", reason, lines)]
