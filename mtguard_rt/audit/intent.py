@@ -5,9 +5,9 @@ a change (a word of `lists.change_verbs`, or its -ed/-ing form), or only to read
 list, check, find. Names (quoted spans, paths, identifiers) hold no request. A change verb
 does not count after a negation ("do not delete", "without changing"), as a noun after a
 determiner ("my address book", "the last commit"), nor inflected after a question word or
-an auxiliary ("what changed", "is it running"). `names(stem)` says whether the task names an object (a file
-name's stem, a note title, a ticket id): by a quoted span, a word, or a number. Errors lean
-one way: a read-only task misread as a change only costs recall, never a false deny.
+an auxiliary ("what changed", "is it running"). `names(stem)` says whether the task names
+an object (a file name's stem, a note title, a ticket id): quoted, as a word or a number.
+Errors lean one way: a read-only task misread as a change only costs recall, never a deny.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _NAMES = re.compile(
 )
 _QUOTED = re.compile(r"`([^`\n]{1,200})`|'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|“([^”\n]{1,200})”")
 _ALNUM = re.compile(r"[a-z]+|[0-9]+")
+_RSQUO = "\u2019"  # a typographic apostrophe (don\u2019t) reads as a plain one
 NEGATION_REACH = 3  # a negation cancels a change verb this many words after it
 QUESTION_REACH = 4  # ... and a question word or auxiliary an inflected one
 MIN_NAME_WORD = 3  # shorter letter runs of a name never make the task name it
@@ -54,7 +55,7 @@ def _vocab(
     change: tuple[str, ...], neg: tuple[str, ...], ques: tuple[str, ...], det: tuple[str, ...]
 ) -> IntentVocab:
     def low(words: tuple[str, ...]) -> frozenset[str]:
-        return frozenset(w.lower().replace("’", "'") for w in words)
+        return frozenset(w.lower().replace(_RSQUO, "'") for w in words)
 
     return IntentVocab(low(change), low(neg), low(ques), low(det))
 
@@ -82,7 +83,7 @@ def base_forms(word: str) -> list[str]:
 
 
 def words_of(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("’", "'"))
+    return _WORD.findall(text.lower().replace(_RSQUO, "'"))
 
 
 @dataclass(frozen=True, slots=True)
