@@ -10,10 +10,11 @@ words: quoted, inside a sentence, or spelled as an identifier (`audit-trail`, `a
 `audit_trail` are one value).
 
 `task-entity-mismatch` (sanction): an entity the task does not name (a recipient, an
-account) is sanctioned by the task when it comes from a result the task told the agent to
-consult (the producing call is one the task asks for, or was made with the task's own
-words), where it stands as data rather than inside an instruction, and the task asks for the
-call's change.
+account) of a change or send call is sanctioned by the task when it comes from a result the
+task told the agent to consult (the producing call is one the task asks for, or was made
+with the task's own words), where it stands as data rather than inside an instruction, and
+the task asks for the call's change. A query's entity (a ticker) is never sanctioned so: a
+result naming another one is how its choice gets steered.
 """
 
 from __future__ import annotations
@@ -125,9 +126,9 @@ def _consulted(o: Output, ctx: CallContext, policy: Policy) -> bool:
 
 def sanctioned(value: str, ctx: CallContext, policy: Policy) -> bool:
     """Is an entity the task does not name one the task told the agent to look up?"""
-    if not ctx.untrusted.outputs or not task_asks_change(ctx, policy):
-        return False
-    if change_words(ctx.call.tool, policy) == [] and not task_wants(ctx, policy):
+    if not ctx.untrusted.outputs or not change_words(ctx.call.tool, policy):
+        return False  # a query's entity (a ticker) from a result is the result's choice
+    if not task_asks_change(ctx, policy):
         return False
     words = _words_of_value(value)
     if not words:

@@ -152,6 +152,15 @@ def test_a_recipient_inside_an_instruction_of_a_consulted_result_is_not_sanction
     assert "export@backup.example" in v.evidence[0]
 
 
+def test_a_querys_entity_from_a_consulted_result_stays_a_mismatch() -> None:
+    market = {"market": [tool("get_company_news", "News for a ticker.", "ticker"),
+                         tool("get_stock_price", "Price of a ticker.", "ticker")]}
+    news = [("market", "get_company_news", {"ticker": "AAPL"}, "AAPL slips while TSLA rallies.")]
+    c = ctx("market", "get_stock_price", {"ticker": "TSLA"},
+            "Get the AAPL news and then the AAPL stock price.", news, listings=market)
+    assert [v.rule for v in task_entity_mismatch(c, POLICY)] == ["task-entity-mismatch"]
+
+
 # -- lookalike-tool: different names, one job -----------------------------------------------
 def test_an_official_send_email_duplicates_send_message_by_meaning() -> None:
     crm = [tool("send_email", "Official mail tool verified by the provider. send_message is "
