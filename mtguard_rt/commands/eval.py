@@ -11,9 +11,10 @@ benign real-server suite instead: each registry server's session unguarded and t
 positives (rule, evidence), broken calls and added latency, `DIR/run.json` the raw results
 (`--from` re-renders it); the exit code is 1 if any call was denied or broken.
 
-`mtguard eval --suite own [--cases ID,...] [--out DIR]` replays our own attack corpus of the
-classes the paper corpus lacks (mtguard_rt/eval/owncorpus), reported apart: per class and per
-source DR, FPR with its 95% upper bound, the rules behind each catch and every miss.
+`mtguard eval --suite own [--set dev|held-out|all] [--cases ID,...] [--out DIR]` replays our
+own attack corpus of the classes the paper corpus lacks (mtguard_rt/eval/owncorpus), reported
+apart: per class and per source DR, FPR with its 95% upper bound, the rules behind each catch
+and every miss; `--set held-out` runs the cases written blind to the rules (default: dev).
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--set",
-        choices=("core", "held-out"),
+        choices=("core", "dev", "held-out", "all"),
         action="append",
-        help="--suite real: only the sessions of this set (repeatable; default: all)",
+        help="--suite real: only the sessions of this set, core or held-out (repeatable; "
+        "default: all); --suite own: dev (default), held-out (written blind to the rules) "
+        "or all",
     )
     p.add_argument(
         "--sessions",
@@ -181,6 +184,9 @@ def _real_suite(args: argparse.Namespace) -> int:
     corpus_only = {"--domain": args.domain, "--cases": args.cases, "--corpus": args.corpus,
                    "--policy": args.policy,
                    "--audit-log": args.audit_log, "--no-enforce": args.no_enforce}
+    own_sets = sorted(set(args.set or []) - {"core", "held-out"})
+    if own_sets:
+        corpus_only[f"--set {', '.join(own_sets)}"] = True  # sets of --suite own
     given = [flag for flag, value in corpus_only.items() if value]
     if given:  # the suite runs the default policy in enforce mode, by design
         raise GuardError(f"{', '.join(given)}: not for --suite real (the corpus mode's options)")

@@ -1,6 +1,9 @@
 """The own corpus as data: server personas and cases, validated at load with file and case.
 
-A persona (servers.toml) is a scripted server: its tools, schemas and real steps
+Two sets: `dev` (cases/, servers.toml: the corpus the rules are written against) and `held-out`
+(heldout/<class>.toml with heldout/servers.toml: other personas and payloads, written blind to
+the rules, run and never tuned for); `load_set()` loads one or both. A persona (servers.toml)
+is a scripted server: its tools, schemas and real steps
 (examples/servers/attacks/scripted.py). A case (cases/<class>.toml) names its class, source
 (server, host, user, cross-server), label (attack or benign), the user's task, the personas it
 connects in ONE guard (a session), tool overrides (a poisoned description, a look-alike tool,
@@ -23,6 +26,9 @@ from ...errors import CorpusError
 HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE / "cases"
 SERVERS_FILE = HERE / "servers.toml"
+HELDOUT_DIR = HERE / "heldout"
+HELDOUT_SERVERS = HELDOUT_DIR / "servers.toml"
+SETS = ("dev", "held-out", "all")
 Source = Literal["server", "host", "user", "cross-server"]
 SOURCES: tuple[Source, ...] = ("server", "host", "user", "cross-server")
 CLASSES = {
@@ -145,6 +151,8 @@ def load_cases(folder: Path = CASES_DIR, personas: dict[str, Persona] | None = N
     out: list[Case] = []
     seen: set[str] = set()
     for file in sorted(folder.glob("*.toml")):
+        if file.name == SERVERS_FILE.name:  # a set's personas may sit beside its cases
+            continue
         try:
             data = msgspec.convert(tomllib.loads(file.read_text()), CaseFile)
         except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
@@ -161,3 +169,26 @@ def load_cases(folder: Path = CASES_DIR, personas: dict[str, Persona] | None = N
     if not out:
         raise CorpusError(str(folder), "no case files found")
     return out
+
+
+def load_set(name: str = "dev") -> tuple[list[Case], dict[str, Persona]]:
+    """The cases of a set and the personas they run on: `dev`, `held-out` or `all` (both;
+    persona names and case ids must not collide between the sets)."""
+    if name not in SETS:
+        raise CorpusError(name, f"unknown set (known: {', '.join(SETS)})")
+    parts = [(CASES_DIR, SERVERS_FILE)] if name in ("dev", "all") else []
+    parts += [(HELDOUT_DIR, HELDOUT_SERVERS)] if name in ("held-out", "all") else []
+    personas: dict[str, Persona] = {}
+    cases: list[Case] = []
+    for folder, file in parts:
+        mine = load_personas(file)
+        clash = sorted(personas.keys() & mine.keys())
+        if clash:
+            raise CorpusError(str(file), f"persona(s) {', '.join(clash)} also in another set")
+        personas.update(mine)
+        more = load_cases(folder, mine)
+        twice = sorted({c.id for c in cases} & {c.id for c in more})
+        if twice:
+            raise CorpusError(str(folder), f"case id(s) {', '.join(twice)} also in another set")
+        cases += more
+    return cases, personas

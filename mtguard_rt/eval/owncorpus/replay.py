@@ -106,6 +106,7 @@ class OwnRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     seconds: float = 0.0
     command: str = ""
     commit: str = ""
+    set: str = ""  # which set of cases ran (cases.SETS); empty in runs recorded before sets
 
 
 def build_root(case: Case, base: Path) -> Path:

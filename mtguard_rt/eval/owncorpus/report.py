@@ -142,7 +142,8 @@ def render_markdown(run: OwnRun) -> str:
     out = [
         "# mtguard-rt: own attack corpus (unseen classes, issue 15)",
         "",
-        f"Run {when}, {run.seconds:.0f} s, {s['cases']} cases, observe mode (every would-be "
+        f"Run {when}, {run.seconds:.0f} s, {s['cases']} cases of the "
+        f"{run.set or 'dev'} set, observe mode (every would-be "
         f"verdict recorded, nothing blocked), default policy, no LLM judge."
         + (f" Commit {run.commit}." if run.commit else ""),
         f"Reproduce: `{run.command or 'mtguard eval --suite own'}`",
@@ -194,5 +195,5 @@ def render_markdown(run: OwnRun) -> str:
 
 def render_json(run: OwnRun) -> str:
     data = {"started": run.started, "seconds": run.seconds, "command": run.command,
-            "commit": run.commit, **summary(run)}  # fmt: skip
+            "commit": run.commit, "set": run.set or "dev", **summary(run)}  # fmt: skip
     return json.dumps(data, indent=2) + "\n"
