@@ -98,8 +98,15 @@ def arg_paths(items: Iterable[tuple[str, str]]) -> list[ArgPath]:
 
 
 def task_paths(text: str) -> list[str]:
-    """Path-like tokens of the task: they hold a `/` or start with `.` or `~`."""
-    return [t for t in _tokens(text) if "/" in t or t.startswith((".", "~"))]
+    """Path-like tokens of the task: they hold a `/` or start with `.` or `~` (a sentence's
+    full stop or colon after one is not part of it: "read docs/guide.md.")."""
+    out: list[str] = []
+    for t in _tokens(text):
+        if t.endswith((".", ":", "!", "?")) and not t.endswith(".."):
+            t = t[:-1]
+        if t and ("/" in t or t.startswith((".", "~"))):
+            out.append(t)
+    return out
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 
 from mtguard_rt.audit import CallContext, PolicyEngine, load_policy
 from mtguard_rt.audit.rules_scope import scope_escape
-from mtguard_rt.audit.scope import LinkResolver, ServerScope, arg_paths, climbs
+from mtguard_rt.audit.scope import LinkResolver, ServerScope, arg_paths, climbs, task_paths
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, FileEvent, Violation
 
@@ -224,3 +224,12 @@ def test_the_engine_runs_the_rule_and_enforces_it(root: Path) -> None:
     tree.processes[0].files.append(opened(str(root / "srv" / "service.json")))
     verdict = engine.post_rules(ctx, tree, RESULT)
     assert verdict.decision == "deny" and "scope-escape" in verdict.rules
+
+
+def test_task_paths_drop_the_sentence_punctuation_after_a_path() -> None:
+    assert task_paths("Open docs/guide.md. Then read ../a/b: and ~/x!") == [
+        "docs/guide.md",
+        "../a/b",
+        "~/x",
+    ]
+    assert task_paths("Go up with .. and list ./") == ["..", "./"]
