@@ -33,6 +33,7 @@ from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
 from .audit.scope import ServerScope
+from .audit.session import SessionLog, session_view
 from .errors import ServerExited
 from .model import (
     AuditRecord,
@@ -200,6 +201,8 @@ class Supervisor:
         self.recent: deque[DeclaredCall] = deque(maxlen=RECENT_CALLS)
         # What this server said (descriptions, recent results) for the provenance rules.
         self.untrusted = UntrustedLog(name)
+        # Its finished calls and what the agent read of them, for the judge's session view.
+        self.session = SessionLog(name)
         # every tools/call sent to this sandbox until read: the guard's own are declared
         # even when the server reads them late (a later window, between calls)
         self.ledger = DispatchLedger(name)
@@ -328,6 +331,7 @@ class Supervisor:
             recent_calls=list(self.recent),
             canaries=self.canaries,
             untrusted=gather(self.untrusted, servers, self.route),
+            session=session_view(self, servers, self.route),
             scope=self.scope,
         )
         self.recent.append(call)
@@ -336,6 +340,7 @@ class Supervisor:
         t_pre = time.perf_counter()
         timings = Timings(pre=_ms(t0, t_pre))
         if pre.decision == "deny" and not self.observe:
+            self.session.record(call, "deny")
             record = self._record(call, task, pre, None, timings, t0)
             self.sink(record, meta.get("traceparent"), None)
             return CallOutcome(record=record, result=denial_result(tool, pre), denied=True)
@@ -380,6 +385,8 @@ class Supervisor:
         if result and (verdict.decision != "deny" or self.observe):  # what the agent reads
             names = (n for ns in servers.values() for n in ns)
             self.untrusted.result(tool, result, names, call.arguments)
+        reached = bool(result) and (verdict.decision != "deny" or self.observe)
+        self.session.record(call, verdict.decision, result if reached else None)
         rolled = None
         if target.rollback is not None:
             rolled = await target.rollback.settle(call.call_id, deny=verdict.decision == "deny")

@@ -14,6 +14,7 @@ from typing import Any
 from ..model import DeclaredCall
 from .provenance import UntrustedText, tokens
 from .scope import ServerScope
+from .session import SessionView
 from .text import bare_hosts, decoded_variants, iter_strings, url_hosts, words
 
 TRUSTED_ROLES = frozenset({"user"})
@@ -42,6 +43,9 @@ class CallContext:
     # this server's learnt baseline (`expected.ServerBaseline`, attached by the engine).
     annotations: dict[str, Any] = field(default_factory=dict)
     baseline: Any = None
+    # The session as the LLM judge sees it (`session.SessionView`): every server's tools and
+    # the recent calls across servers with what each answered. Only the judge's prompt uses it.
+    session: SessionView | None = None
     # the server's workspace and command-line roots (`scope-escape`); None: not known
     scope: ServerScope | None = None
     _decoded: dict[int, list[tuple[str, str, str]]] = field(

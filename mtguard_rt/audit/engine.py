@@ -33,6 +33,7 @@ from .rules_result import result_injection
 from .rules_scope import scope_escape
 from .rules_state import unrequested_change
 from .schema import strip_descriptions
+from .session import fence, render_calls, render_registry
 from .summary import summarize
 from .treeview import TreeView
 
@@ -68,9 +69,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} chars cut]"
 
 
-def _fence(text: str) -> str:
-    """Untrusted text cannot close the <untrusted> block that holds it."""
-    return text.replace("</untrusted", "<\\/untrusted").replace("<untrusted", "<\\untrusted")
+_fence = fence  # untrusted text cannot close the <untrusted> block that holds it
 
 
 def _dump(value: Any, limit: int) -> str:
@@ -178,6 +177,8 @@ class PolicyEngine:
             tool=ctx.call.tool,
             schema=_dump(strip_descriptions(ctx.input_schema), MAX_ARGUMENT_CHARS),
             arguments=_dump(ctx.call.arguments, MAX_ARGUMENT_CHARS),
+            registry=render_registry(ctx.session),
+            session_calls=render_calls(ctx.session),
             policies=self._policies(),
         )
         return await self._ask_judge(verdict, user)
@@ -199,6 +200,7 @@ class PolicyEngine:
             tree=_dump(self.simplify(tree), cfg.max_tree_chars),
             result=_fence(_clip(result_text(result), cfg.max_result_chars)),
             result_limit=str(cfg.max_result_chars),
+            session_calls=render_calls(ctx.session),
             policies=self._policies(),
         )
         return await self._ask_judge(verdict, user)
