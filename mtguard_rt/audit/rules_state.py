@@ -94,22 +94,25 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
     )
     out: dict[str, Change] = {}
 
-    def existed(path: str, proven: str | None) -> str | None:
+    def existed(path: str, proven: str | None, presume: bool) -> str | None:
         if proven:
             return proven
         if path in seen:
             return "opened earlier in the call"
-        if ws and _under(path, (ws,)) and path not in made.missing:
+        if presume and ws and _under(path, (ws,)) and path not in made.missing:
             return "in the workspace, never seen missing"
         return None
 
-    def note(path: str, how: str, p: ProcessNode, ev: FileEvent, proven: str | None) -> None:
+    def note(
+        path: str, how: str, p: ProcessNode, ev: FileEvent, proven: str | None,
+        presume: bool = True,
+    ) -> None:
         in_ws = ws is not None and _under(path, (ws,))
         if path in out or (_under(path, TEMP_ROOTS) and not in_ws) or housekeeping.matches(path):
             return  # (a workspace may itself lie under /tmp)
         if made.made(path):
             return
-        why = existed(path, proven)
+        why = existed(path, proven, presume)
         if why is not None:
             out[path] = Change(path, how, p, ev, why)
 
@@ -122,9 +125,11 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
                 note(path, "deleted", p, ev, "the rmdir succeeded")
             elif ev.op == "rename" and ev.target and ev.target.startswith("/"):
                 target = ev.target.rstrip("/") or "/"
-                if not _atomic_save(path, target, made):
+                save = _atomic_save(path, target, made)
+                if not save:
                     note(path, f"moved to {target}", p, ev, "the rename succeeded")
-                note(target, f"replaced (by {path})", p, ev, None)
+                # a move's target existed only if seen; a save's target is presumed to
+                note(target, f"replaced (by {path})", p, ev, None, presume=save)
             elif ev.op == "open" and "write" in ev.flags:
                 if "truncate" in ev.flags:
                     proven = None if "create" in ev.flags else "opened without O_CREAT"
