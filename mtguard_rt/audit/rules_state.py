@@ -35,6 +35,7 @@ from .patterns import PathSet
 from .policy import Policy
 from .provenance import Sentence
 from .rules_pre import violation
+from .text import names_path
 from .treeview import TreeView, describe, label
 
 RULE = "unrequested-change"
@@ -99,8 +100,12 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
             return proven
         if path in seen:
             return "opened earlier in the call"
-        if presume and ws and _under(path, (ws,)) and path not in made.missing:
+        if not presume or path in made.missing:
+            return None
+        if ws and _under(path, (ws,)):
             return "in the workspace, never seen missing"
+        if names_path(ctx.arg_texts, path):
+            return "the arguments name it, never seen missing"
         return None
 
     def note(

@@ -55,6 +55,12 @@ def test_rewrites_and_appends_of_existing_workspace_files_are_changes() -> None:
         [ev("open", f"{WS}/data.bin", "write", result=3)],  # in place, no O_CREAT: it existed
     ):
         assert run("Show me config/app.toml.", events)[1], events
+    # outside the workspace: a file the arguments name (not one they do not)
+    ctx = ctx_for("read_file", {"path": "/srv/data/app.toml"}, task="Show me /srv/data/app.toml")
+    rewrite = ev("open", "/srv/data/app.toml", "write", "create", "truncate", result=3)
+    assert run(None, [rewrite], ctx)[1]
+    assert run("Show me config/app.toml.", [
+        ev("open", "/srv/data/other.toml", "write", "create", "truncate", result=3)])[1] == []
 
 
 def test_the_user_asking_for_the_change_allows_it() -> None:
