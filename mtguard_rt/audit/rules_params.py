@@ -6,8 +6,9 @@ Three questions, none answered from a server's or a tool's literal name:
    `user_request`, `system_prompt`, `tool_list`, `session_token`, `requester_phone`, ...);
    a value among the schema's own `enum` options is a declared choice, never data;
 2. what the value carries: text copied from the task or history beyond a short quote, or
-   written as transcript turns; the names of the session's tools; a credential-shaped or
-   secret value; a system prompt's text; the user's phone, e-mail or own words;
+   written as transcript turns; the names of the session's tools; a secret (`secrets`'
+   detector, the policy's `secret_patterns`) or, where the parameter asks for a credential,
+   a token-shaped value; a system prompt's text; the user's phone, e-mail or own words;
 3. whether the task asks for that data to go to a tool (the kind's task words: "my phone",
    "log in with this token", "the conversation"), or the tool's declared job needs it (its
    name's words: `login`, `add_contact`; never for data the parameter calls the user's or
@@ -30,6 +31,7 @@ from ..model import Violation
 from .context import CallContext
 from .names import words_of
 from .policy import Policy, SpecError, scoped
+from .secrets import find_secrets
 from .spec import OutOfScopeParamSpec, ParamKindSpec
 
 RULE = "out-of-scope-param"
@@ -133,6 +135,11 @@ def _snip(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
+def _redacted(value: str) -> str:
+    """A prefix and the length, never the whole value (verdicts and logs keep it)."""
+    return f"{value[: min(6, len(value) // 4)]!r}... ({len(value)} chars)"
+
+
 def _has_phrase(words: list[str], phrase: tuple[str, ...]) -> bool:
     n = len(phrase)
     if n == 1:
@@ -208,10 +215,12 @@ class _Call:
             if len(named) >= self.rc.min_tool_names:
                 out.append(f"names {len(named)} of the session's tools ({', '.join(named[:4])})")
         if "credential" in carriers:
-            if self.policy.secrets is not None and (m := self.policy.secrets.search(value)):
-                out.append(f"secret material {_snip(m.group(0), 24)}")
+            if found := find_secrets(value):
+                out.append(f"secret material ({found[0].describe()})")
+            elif self.policy.secrets is not None and (m := self.policy.secrets.search(value)):
+                out.append(f"secret material {_redacted(m.group(0))}")
             elif tok := _token_shaped(value):
-                out.append(f"a credential-shaped value {_snip(tok[:12] + '...', 24)}")
+                out.append(f"a credential-shaped value {_redacted(tok)}")
         if "prompt" in carriers and self.rc.prompt is not None:
             if m := self.rc.prompt.search(value):
                 out.append(f"a system prompt's text {_snip(m.group(0))}")
