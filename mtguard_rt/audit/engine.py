@@ -29,6 +29,7 @@ from .rules_files import canary_touched, persistence_write, result_text, sensiti
 from .rules_integrity import request_mismatch, result_tampered, undeclared_request
 from .rules_net import incomplete_tree, unexpected_network
 from .rules_pre import NEEDS_TASK, PRE_RULES
+from .rules_process import process_control
 from .rules_result import result_injection
 from .rules_scope import scope_escape
 from .rules_state import unrequested_change
@@ -53,6 +54,7 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("undeclared-request", undeclared_request),
     ("result-tampered", result_tampered),
     ("unrequested-change", unrequested_change),
+    ("process-control", process_control),
     (PROFILE_RULE, profile_deviation),
 )
 UNTRACED_OK = frozenset({"canary-touched", "result-injection", "incomplete-tree"})

@@ -210,6 +210,13 @@ class ProfileDeviationSpec(RuleSpec):
     profile: str | None = None
 
 
+class ProcessControlSpec(RuleSpec):
+    # words by which a task or the arguments ask to signal a process (any inflection), and
+    # the words that cancel one just before it ("do not restart") (rules_process.py)
+    control_verbs: list[str] = msgspec.field(default_factory=list)
+    negations: list[str] = msgspec.field(default_factory=list)
+
+
 class LlmJudgeSpec(RuleSpec):
     policies: list[str] = msgspec.field(default_factory=list)  # natural-language policies
 
@@ -278,6 +285,10 @@ class RulesSpec(_Strict):
     )
     profile_deviation: ProfileDeviationSpec = msgspec.field(
         name="profile-deviation", default_factory=ProfileDeviationSpec
+    )
+    # a signal to a process the call did not start, unasked for (rules_process.py)
+    process_control: ProcessControlSpec = msgspec.field(
+        name="process-control", default_factory=ProcessControlSpec
     )
     llm_judge: LlmJudgeSpec = msgspec.field(name="llm-judge", default_factory=LlmJudgeSpec)
 

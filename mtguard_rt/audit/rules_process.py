@@ -1,0 +1,156 @@
+"""`process-control`: the call signalled a process it did not start, and nothing asked it to.
+
+Security-relevant: a non-zero signal the kernel really delivered (`SignalEvent.delivered`)
+to a process that did not begin during this call: a service or worker the server runs, a
+sibling, anything outside the tree. Not relevant: probes (signal 0), refused sends, a process
+signalling itself or its own threads (runtimes do that for GC, preemption, profiling),
+anything the call itself started (a `subprocess` timeout ends its own child), and a process
+reaping its own forks, a descendant running the same program (browsers end their renderers,
+worker pools their workers).
+
+Explained, so allowed: the task (the user's words) asks to stop, kill, restart, reload,
+signal... (`control_verbs`, not negated), or so do the call's arguments (a shell command
+`kill 1234`, `systemctl restart x`), or the tool's name says process control and an argument
+names the target: its pid (as the sandbox sees it, or the host's) or its program.
+"""
+
+from __future__ import annotations
+
+import os.path
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..model import ProcessNode, SignalEvent, Violation
+from .context import CallContext
+from .policy import Policy
+from .rules_pre import violation
+from .treeview import SignalHit, TreeView, label
+
+RULE = "process-control"
+NEGATION_REACH = 3  # a negation cancels a control verb this many words after it
+MAX_TASK_CHARS = 160
+_WORD = re.compile(r"[a-z]+|[0-9]+")
+_NUMBER = re.compile(r"(?<![\w.-])(\d{1,8})(?![\w.])")
+
+
+@dataclass(frozen=True, slots=True)
+class _Vocab:
+    verbs: frozenset[str]
+    negations: frozenset[str]
+
+
+@lru_cache(maxsize=8)
+def _vocab(verbs: tuple[str, ...], negations: tuple[str, ...]) -> _Vocab:
+    return _Vocab(frozenset(v.lower() for v in verbs), frozenset(n.lower() for n in negations))
+
+
+def _forms(word: str) -> list[str]:
+    """`word` and the base forms it may inflect (restarts, killed, stopping, terminated)."""
+    out = [word]
+    for suffix, repl in (("es", ""), ("s", ""), ("ed", ""), ("ed", "e"), ("d", ""),
+                         ("ing", ""), ("ing", "e")):  # fmt: skip
+        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
+            out.append(word[: len(word) - len(suffix)] + repl)
+    out += [s[:-1] for s in out[1:] if len(s) > 3 and s[-1] == s[-2]]  # stopped -> stop
+    return out
+
+
+def control_verbs(text: str, vocab: _Vocab) -> list[str]:
+    """The control verbs `text` uses, in any inflection, except just after a negation
+    ("do not restart", "without stopping")."""
+    seq = _WORD.findall(text.lower().replace("n't", " not"))
+    found = []
+    for i, w in enumerate(seq):
+        if not any(f in vocab.verbs for f in _forms(w)):
+            continue
+        if any(b in vocab.negations for b in seq[max(0, i - NEGATION_REACH) : i]):
+            continue
+        found.append(w)
+    return found
+
+
+def _tool_controls(tool: str, vocab: _Vocab) -> bool:
+    """Does the tool's name say process control (kill_process, restart-worker, stopService)?"""
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", tool)
+    return bool(control_verbs(spaced, vocab))
+
+
+def _names_target(ctx: CallContext, sig: SignalEvent, target: ProcessNode | None) -> str | None:
+    """The argument that names the signalled process: its pid or its program, else None."""
+    pids = {str(p) for p in (sig.target_pid, sig.target_host_pid) if p is not None and p > 0}
+    progs: set[str] = set()
+    if target is not None:
+        argv = target.argv or [target.exe]
+        progs.update(os.path.basename(a).lower() for a in argv[:3] if a and not a.startswith("-"))
+        progs.add(os.path.basename(target.exe).lower())
+    if sig.target_comm:
+        progs.add(sig.target_comm.lower())
+    progs = {p for p in progs if len(p) >= 3}
+    for key, text in ctx.arg_items:
+        if pids & set(_NUMBER.findall(text)):
+            return f"argument {key} names pid {text[:40]!r}"
+        words = set(re.findall(r"[\w.-]+", text.lower()))
+        hit = progs & words
+        if hit:
+            return f"argument {key} names {sorted(hit)[0]!r}"
+    return None
+
+
+def _relevant(hit: SignalHit) -> bool:
+    sig = hit.event
+    if sig.signal == 0 or sig.delivered == 0 or sig.result < 0:
+        return False  # a probe, a refused send, nothing signalled
+    if sig.relation in ("self", "unknown") or sig.started_in_call:
+        return False
+    target = hit.target
+    # a process reaping its own forks: a descendant running the same program
+    return not (
+        sig.relation == "descendant"
+        and target is not None
+        and target.exe
+        and target.exe == hit.proc.exe
+    )
+
+
+def process_control(
+    ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
+) -> list[Violation]:
+    hits = [h for h in view.signals if _relevant(h)]
+    if not hits:
+        return []
+    spec = policy.spec.rules.process_control
+    vocab = _vocab(tuple(spec.control_verbs), tuple(spec.negations))
+    task = ctx.task_text or ""
+    if control_verbs(task, vocab):
+        return []  # the user asked to stop, restart, signal... something
+    args_ask = next((t for t in ctx.arg_texts if control_verbs(t, vocab)), None)
+    if args_ask is not None:
+        return []  # the arguments ask for it (a `kill` or `systemctl restart` command)
+    controls = _tool_controls(ctx.call.tool, vocab)
+    evidence: list[str] = []
+    for h in hits:
+        sig = h.event
+        if controls and _names_target(ctx, sig, h.target) is not None:
+            continue  # a process-control tool pointed at this very process
+        started = "not started by this call"
+        evidence.append(f"{label(h.proc)} sent {sig.summary} ({started})")
+    if not evidence:
+        return []
+    quoted = task[:MAX_TASK_CHARS] + ("..." if len(task) > MAX_TASK_CHARS else "")
+    why = "the tool names process control, but no argument names the target; " if controls else ""
+    evidence.append(
+        f"{why}task: {quoted!r} asks to stop, restart or signal nothing" if task
+        else f"{why}no task was given: nothing asked to stop, restart or signal a process"
+    )
+    return [
+        violation(
+            RULE,
+            policy,
+            "post",
+            "the call signalled a process it did not start, which neither the task nor the "
+            "arguments ask to stop, restart or signal",
+            evidence,
+        )
+    ]
