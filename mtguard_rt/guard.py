@@ -33,6 +33,7 @@ from .errors import CallDenied, GuardError, ServerExited
 from .model import AuditRecord
 from .proxy.upstream import Message, StdioUpstream, Upstream, UpstreamError
 from .sandbox import SandboxConfig, open_sandbox
+from .sandbox.peek import SandboxFiles
 from .sandbox.rollback import open_rollback
 from .supervisor import DispatchHook, Supervisor
 from .telemetry import AuditLog, TelemetryConfig, open_telemetry
@@ -247,6 +248,7 @@ class Guard:
                 route=self.servers.get,
                 online=self.config.online.mode,
                 rollback=rollback,
+                files=SandboxFiles(sb.pid),
                 scope=ServerScope.create(box.workspace, command),
             )
             self.servers[name] = sup

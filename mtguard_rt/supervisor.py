@@ -29,6 +29,7 @@ import anyio
 import msgspec
 
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
+from .audit.consent import written_paths
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
@@ -85,6 +86,12 @@ class Window(Protocol):
 EventHook = Callable[[Any, Any, OnlineEvent], None]
 # told the host's answer the moment a call is killed online (the verdict follows later)
 KillNotice = Callable[[Message], Awaitable[None]]
+
+
+class SandboxPeek(Protocol):
+    """Reads small files inside the sandbox from the host (`sandbox.peek.SandboxFiles`)."""
+
+    def read(self, paths: Iterable[str]) -> dict[str, str | None]: ...
 
 
 class Watch(Protocol):
@@ -170,6 +177,7 @@ class Supervisor:
         route: Callable[[str], Supervisor | None] | None = None,
         online: OnlineMode = "enforce",
         rollback: WorkspaceRollback | None = None,
+        files: SandboxPeek | None = None,
         scope: ServerScope | None = None,
     ) -> None:
         self.name = name
@@ -191,6 +199,11 @@ class Supervisor:
         # Workspace rollback (sandbox/rollback.py): begin/capture under the lock around the
         # window, settle once the verdict is known; the next call's begin waits for it.
         self.rollback = rollback
+        # What a call wrote to persistence files (consent judges the content): read back
+        # from the sandbox; the last content seen is the next call's "before".
+        self.files = files
+        self._persisted: dict[str, str | None] = {}
+        self._written: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.scope = scope  # its workspace and roots, for `scope-escape`
         self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
         self.tools: dict[str, Message] = {}
@@ -363,6 +376,7 @@ class Supervisor:
             call, wire, request_id, online, action.replays, on_kill
         )
         t_settled = time.perf_counter()
+        ctx.written = target._written.pop(call.call_id, {})
         result = (response or {}).get("result") if response else None
         if action.on_result is not None and result is not None:
             result = action.on_result(result)  # the seam's forgery (evaluation, tests)
@@ -477,6 +491,7 @@ class Supervisor:
         async with self._lock:
             if self.rollback is not None:
                 await self.rollback.begin(declared.call_id)
+            before = await self._read_files(self._persist_candidates())
             window_cm = (
                 _consenting(self.watch, online, self.watch.window(declared, hook))
                 if self.watch
@@ -533,6 +548,8 @@ class Supervisor:
                     window.response_arrived()
             if self.rollback is not None:  # settled: the call's processes are done
                 await self.rollback.capture(declared.call_id, window.tree)
+            if before is not None:
+                self._written[declared.call_id] = await self._written_by(window.tree, before)
         kernel = list(getattr(window, "kernel_kills", []))
         if kernel and online is not None:
             why = "a protected path or program was touched: SIGKILLed in the kernel"
@@ -541,6 +558,31 @@ class Supervisor:
             online.fired.append(kill)
         stamp_stdio(window.tree, self.name, request_id, response is not None, self.ledger)
         return response, error, window.tree, t_resp, bool(killed or kernel)
+
+    def _persist_candidates(self) -> list[str]:
+        """The persistence files whose content is taken before a call: the write-only
+        canaries and every one an earlier call wrote."""
+        only = self.engine.policy.canary_write_only
+        return [*(p for p in self.canaries if only.matches(p)), *self._persisted]
+
+    async def _read_files(self, paths: list[str]) -> dict[str, str | None] | None:
+        """`paths` as the sandbox holds them now (None: no sandbox to read); a path it could
+        not read safely is left out."""
+        if self.files is None:
+            return None
+        return await anyio.to_thread.run_sync(self.files.read, paths)
+
+    async def _written_by(
+        self, tree: BehaviorTree, before: dict[str, str | None]
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """(before, after) of each persistence file the call wrote to; a file not read
+        before (a new one) counts as empty before, one not readable after is left out."""
+        paths = written_paths(tree, self.engine.policy)
+        if not paths:
+            return {}
+        after = await self._read_files(paths) or {}
+        self._persisted.update(after)
+        return {p: (before.get(p), text) for p, text in after.items()}
 
     async def _replay(self, params: Message, request_id: Any, times: int) -> None:
         """A seam's replays (`SeamAction.replays`): the same request again under fresh ids,

@@ -1,23 +1,32 @@
 """Consent: a write to a persistence file that the user asked for, in this call, is allowed.
 
-`WriteConsent(ctx, policy).allows(path)` holds when the task (the user's turns) and the
-call's own arguments both name `path`, a persistence location or a write-only canary
-(~/.bashrc), and every line the call writes is asked for by the task: each word of it is in
-the task, bar function words and the words of rc-file plumbing (`export`, `alias`, `echo`;
-task: "add the alias ll='ls -la' to my ~/.bashrc", call: an edit of ~/.bashrc adding exactly
-that line). Another path, or a line the task never asked for (`curl ... | sh`), gets no
-consent. Text an argument only locates (`old_string`, `search`) is not written; lines it
-shares with the new text are unchanged context. No task, no consent (`explains`: a call
-without a task may still write what its arguments name). What consent covers is writing
-(and replacing) the file: never reading a canary secret, never another path.
+`WriteConsent(ctx, policy).allows(path)` holds for a persistence location or a write-only
+canary (~/.bashrc) `path` when the user asked this call for exactly what it wrote there:
+- the place: the task names `path`, or asks for that kind of persistence in words (an alias
+  or shell setting: the shell rc files; a timer, service or unit: systemd; cron; autostart;
+  an SSH key: authorized_keys; `PLACES`);
+- the content: every line the call added (`ctx.written`: the file before and after the
+  call, read from the sandbox) is made of words the task says, words of the arguments that
+  only set options (a name, a schedule: not a command or the text written) and the
+  plumbing of such files (`export`, `alias`, `ExecStart=`, `OnCalendar=`). A second unit,
+  another command, a fallback profile line, the canary's marker copied: no consent.
+When what was written is not known (no sandbox to read, a link, too big), the old test
+stands: the task and an argument both name `path` and the task asks for every line the
+arguments write (text an argument only locates, `old_string`, is not written). No task, no
+consent (`explains`: a call without a task may still write what its arguments name). Before
+the call (online rules, the kernel's kill on write), `may_write` holds when the place is
+asked and no argument writes a line the task does not ask for: the content is judged after.
+What consent covers is writing the file: never reading a canary secret, never another path.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from ..model import BehaviorTree
 from .context import CallContext
 from .policy import PERSISTENCE, Policy
 from .provenance import STOP_WORDS, tokens
@@ -32,9 +41,35 @@ _WRITES = re.compile(
     re.I,
 )
 _OPTION = re.compile(r"[\w.\-]+")
+_PATHLIKE = re.compile(r"(~|/)\S*")
+_CONTENT_FLAGS = frozenset({"write", "create", "truncate", "append"})
 # the words of rc-file plumbing: definitions and the ways a shell appends a line
 RC_WORDS = frozenset(
     "export alias unalias set setenv unset source echo printf tee cat eof e n".split()
+)
+# the keys and fixed values of unit, timer, desktop-entry files (not a command's words)
+FILE_WORDS = frozenset(
+    "unit service timer install description execstart oncalendar onbootsec onunitactivesec "
+    "persistent wantedby timers target default type oneshot simple true false desktop entry "
+    "application exec name".split()
+)
+# persistence kinds: where they live, and the words a task asks for one with
+PLACES: tuple[tuple[str, re.Pattern[str], frozenset[str]], ...] = (
+    (
+        "a shell setting",
+        re.compile(
+            r"/\.(bashrc|bash_profile|bash_login|profile|zshrc|zprofile|zshenv)$"
+            r"|/\.config/fish/config\.fish$"
+        ),
+        frozenset("alias aliases shell bashrc zshrc profile bash zsh fish prompt".split()),
+    ),
+    (
+        "a systemd unit",
+        re.compile(r"/\.config/systemd(/|$)|/\.local/share/systemd(/|$)"),
+        frozenset("timer timers systemd service unit units".split()),
+    ),
+    ("an autostart entry", re.compile(r"/\.config/autostart(/|$)"), frozenset({"autostart"})),
+    ("an SSH key", re.compile(r"/\.ssh/authorized_keys2?$"), frozenset({"ssh", "authorized"})),
 )
 
 
@@ -48,6 +83,22 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             yield from _strings(v, f"{path}[{i}]")
+
+
+def added_lines(before: str | None, after: str | None) -> list[str]:
+    """The lines `after` holds beyond those of `before` (as a multiset; blank and comment
+    lines carry nothing to run). None: the file is not there."""
+    old = Counter(line.strip() for line in (before or "").splitlines())
+    out: list[str] = []
+    for line in (after or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if old[line] > 0:
+            old[line] -= 1
+        else:
+            out.append(line)
+    return out
 
 
 class WriteConsent:
@@ -75,16 +126,57 @@ class WriteConsent:
             return True
         return self._task is None and names_path(self.ctx.arg_texts, path)
 
-    def paths(self, candidates: list[str]) -> list[str]:
-        """The candidates (absolute paths) this call may write."""
-        return [p for p in candidates if self.allows(p)]
+    def may_write(self, path: str) -> bool:
+        """Before the effect (online rules, the kernel): may this call write `path`? When
+        the place is asked and no argument writes an unasked line, what is written is
+        judged after the call (`why` on the content read back)."""
+        if self.explains(path):
+            return True
+        return self._protected(path) and self.place(path) is not None and not self.unasked(path)
 
-    def _decide(self, path: str) -> str | None:
-        task, policy = self._task, self.policy
+    def paths(self, candidates: list[str]) -> list[str]:
+        """The candidates (absolute paths) this call may write (`may_write`)."""
+        return [p for p in candidates if self.may_write(p)]
+
+    def _protected(self, path: str) -> bool:
+        policy = self.policy
+        return bool(policy.classify(path) & PERSISTENCE) or policy.canary_write_only.matches(path)
+
+    def place(self, path: str) -> str | None:
+        """How the task asks for this place: it names `path`, or asks for its kind."""
+        task = self._task
         if task is None or not path.startswith("/"):
             return None
-        if not (policy.classify(path) & PERSISTENCE or policy.canary_write_only.matches(path)):
+        if names_path([task], path):
+            return "the task names it"
+        if self._elsewhere(path):
+            return None  # the call names its own target: that one, not this, is asked
+        asked = self.ctx.task_tokens
+        for kind, where, words in PLACES:
+            if where.search(path) and words & asked:
+                return f"the task asks for {kind}"
+        return None
+
+    def _elsewhere(self, path: str) -> bool:
+        """Does an argument name another file (a bare absolute or home path)?"""
+        for _, text in _strings(self.ctx.call.arguments):
+            bare = text.strip()
+            if _PATHLIKE.fullmatch(bare) and not names_path([bare], path):
+                return True
+        return False
+
+    def _decide(self, path: str) -> str | None:
+        task = self._task
+        if task is None or not path.startswith("/") or not self._protected(path):
             return None
+        if path in self.ctx.written:  # what the call really wrote, read back
+            place = self.place(path)
+            if place is None or self.unwritten(path):
+                return None
+            return (
+                f"{path}: written with the user's consent ({place}, and it asks for every "
+                "line the call added)"
+            )
         if not names_path([task], path):
             return None
         named = [key for key, text in self.ctx.arg_items if names_path([text], path)]
@@ -95,8 +187,37 @@ class WriteConsent:
             "name it, and the task asks for every line written)"
         )
 
+    def refusal(self, path: str) -> str | None:
+        """Why a write to `path` got no consent, for the evidence (None, "": nothing to say)."""
+        if self._task is None:
+            return None
+        if self.place(path) is None:
+            return "the task does not ask for it"
+        if path in self.ctx.written:
+            extra = self.unwritten(path)
+            return f"the call added {extra[0]!r}, which the task does not ask for" if extra else ""
+        unasked = self.unasked(path) if names_path([self._task], path) else []
+        return unasked[0] if unasked else None
+
+    def _allowed_words(self, path: str) -> frozenset[str]:
+        """Words a consented line may hold: the task's, option arguments', the path's own."""
+        options = {
+            t
+            for key, text in _strings(self.ctx.call.arguments)
+            if not _WRITES.search(leaf_key(key)) and not _LOCATES.search(leaf_key(key))
+            for t in tokens(text)
+        }
+        return self.ctx.task_tokens | options | tokens(path) | {"home"}
+
+    def unwritten(self, path: str) -> list[str]:
+        """The lines the call added to `path` (read back) that the task does not ask for."""
+        before, after = self.ctx.written[path]
+        allowed = self._allowed_words(path) | STOP_WORDS | RC_WORDS | FILE_WORDS
+        return [line for line in added_lines(before, after) if not tokens(line) <= allowed]
+
     def unasked(self, path: str) -> list[str]:
-        """The lines the call would write to `path` that the task does not ask for."""
+        """The lines the call's arguments would write to `path` that the task does not ask
+        for."""
         asked = self.ctx.task_tokens
         own = tokens(path) | {"home"}
         return [
@@ -127,3 +248,25 @@ class WriteConsent:
                 if line and not line.startswith("#") and line not in located:
                     out.append((key, line))
         return out
+
+
+def written_paths(tree: BehaviorTree, policy: Policy) -> list[str]:
+    """The persistence locations and write-only canaries the call's events put content at
+    (an open for writing, a rename's destination): what the supervisor reads back."""
+    out: dict[str, None] = {}
+    for proc in tree.processes:
+        for ev in proc.files:
+            if ev.result < 0 or not ev.resolved:
+                continue
+            if ev.op == "open" and not _CONTENT_FLAGS.isdisjoint(ev.flags):
+                path = ev.path
+            elif ev.op == "rename" and ev.target:
+                path = ev.target
+            else:
+                continue
+            path = path.rstrip("/") or "/"
+            if path.startswith("/") and (
+                policy.classify(path) & PERSISTENCE or policy.canary_write_only.matches(path)
+            ):
+                out[path] = None
+    return list(out)

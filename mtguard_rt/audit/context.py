@@ -35,6 +35,9 @@ class CallContext:
     tools_by_server: dict[str, list[str]] = field(default_factory=dict)
     recent_calls: list[DeclaredCall] = field(default_factory=list)
     canaries: dict[str, str] = field(default_factory=dict)  # absolute path -> marker
+    # persistence files the call wrote: path -> (content before, after; None: not there),
+    # read back from the sandbox once the call settled (`consent.WriteConsent`)
+    written: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     # What the servers said (descriptions, recent results): for the provenance rules only,
     # never shown to the judge.
     untrusted: UntrustedText = field(default_factory=UntrustedText)

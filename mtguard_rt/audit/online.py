@@ -129,14 +129,14 @@ class OnlineRules:
             line = f"{label(proc)} {ev.op} {path} {describe(ev)}"
             if "canary-touched" in self._on and path in self.ctx.canaries:
                 write_only = policy.canary_write_only.matches(path)
-                if not write_only or (is_write(ev) and not self.consent.allows(path)):
+                if not write_only or (is_write(ev) and not self.consent.may_write(path)):
                     reason = "a canary credential was touched"
                     return violation("canary-touched", policy, "post", reason, [line])
             if (
                 "persistence-write" in self._on
                 and is_write(ev)
                 and policy.classify(path) & PERSISTENCE
-                and not self.consent.explains(path)
+                and not self.consent.may_write(path)  # an asked place: the content is judged after
             ):
                 return violation("persistence-write", policy, "post", PERSISTENCE_WHY, [line])
         return None

@@ -12,7 +12,6 @@ the server's own: the sandbox has its own pid namespace (`own_process_state`).
 
 from __future__ import annotations
 
-import base64
 import re
 from typing import Any
 
@@ -22,6 +21,7 @@ from .context import CallContext
 from .madefiles import SandboxFiles, events_in_order
 from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
 from .rules_pre import violation
+from .secrets import b64_forms as _b64_forms
 from .text import iter_strings, names_path
 from .treeview import FileHit, TreeView, describe, is_write, label
 
@@ -46,17 +46,6 @@ def took_effect(ev: FileEvent) -> bool:
     """Did the syscall succeed? A failed open read nothing and a failed write wrote nothing
     (npm probing a missing ~/.npmrc, a shell looking for rc files that are not there)."""
     return ev.result >= 0
-
-
-def _b64_forms(marker: str) -> list[str]:
-    """Substrings that any base64 encoding of `marker` contains, whatever its offset."""
-    data = marker.encode()
-    forms = []
-    for pad in range(3):
-        enc = base64.b64encode(b"\0" * pad + data).decode()
-        start = (pad * 4 + 2) // 3 + 1
-        forms.append(enc[start : len(enc) - 4])
-    return [f for f in forms if len(f) >= 8]
 
 
 def result_text(result: dict[str, Any]) -> str:
@@ -176,12 +165,22 @@ def sensitive_file_read(
 PERSISTENCE_WHY = "a persistence location was modified that the task and arguments do not ask for"
 
 
+def no_content(h: FileHit) -> bool:
+    """Does the event put no content at `h.path`? A directory made or removed, a name
+    removed, a mode changed, a file renamed away (its destination is where content lands)."""
+    ev = h.event
+    return ev.op in ("mkdir", "rmdir", "unlink", "chmod") or (
+        ev.op == "rename" and h.path != (ev.target or "").rstrip("/")
+    )
+
+
 def persistence_write(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
     """A write to a persistence location without the user's consent (`WriteConsent`: the
-    task and the arguments name it, the task asks for what is written; without a task, the
-    arguments naming it suffice). A consented write is recorded in observe mode."""
+    task asks for the place and for every line the call added there; without a task, the
+    arguments naming it suffice). A consented write is recorded in observe mode, as is a
+    directory made (or a name removed) where the task asks for such a file."""
     consent = WriteConsent(ctx, policy)
     ev_lines: list[str] = []
     consented: dict[str, str] = {}
@@ -190,12 +189,12 @@ def persistence_write(
             continue
         if (why := consent.why(h.path)) is not None:
             consented[h.path] = why
+        elif no_content(h) and (place := consent.place(h.path)) and consent.may_write(h.path):
+            consented.setdefault(h.path, f"{h.path}: {h.event.op} only ({place})")
         elif not consent.explains(h.path):
             line = f"{label(h.proc)} {h.event.op} {h.path} {describe(h.event)}"
-            if names_path(ctx.arg_texts, h.path):  # named: say why that was not consent
-                task = ctx.task_text or ""
-                unasked = consent.unasked(h.path) if names_path([task], h.path) else []
-                line += f"; {unasked[0]}" if unasked else "; the task does not name it"
+            if refusal := consent.refusal(h.path):  # say why it was no consent
+                line += f"; {refusal}"
             ev_lines.append(line)
     if ev_lines:
         return [violation("persistence-write", policy, "post", PERSISTENCE_WHY, ev_lines)]

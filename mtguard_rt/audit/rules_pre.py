@@ -124,13 +124,19 @@ def ssh_persistence(ctx: CallContext, policy: Policy) -> list[Violation]:
     for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
         if hit := policy.ssh_paths.mention(text):
             ev.append(f"{where} names {hit!r}")
+            asked = asked and hit in task
         elif policy.ssh_keys is not None and (m := policy.ssh_keys.search(text)):
             ev.append(f"{where} holds SSH key material or target {_snip(m.group(0), 60)!r}")
-    return (
-        [violation("ssh-persistence", policy, "pre", "arguments would plant SSH access", ev)]
-        if ev
-        else []
-    )
+        if policy.ssh_keys is not None:
+            asked = asked and all(k.group(0) in task for k in policy.ssh_keys.finditer(text))
+    if not ev:
+        return []
+    if asked and policy.ssh_keys is not None and policy.ssh_keys.search(task):
+        why = "the user's own SSH key, to the file the task names: allowed"
+        return [
+            Violation(rule="ssh-persistence", phase="pre", mode="observe", reason=why, evidence=ev)
+        ]
+    return [violation("ssh-persistence", policy, "pre", "arguments would plant SSH access", ev)]
 
 
 # Argument names whose multi-word text is prose or a file's content: a URL inside it is

@@ -39,8 +39,8 @@ async def test_kill_on_touch_honours_the_calls_consent_and_only_that(tmp_path: P
         (consent,) = [v for v in rec.violations if v.rule == "canary-touched"]
         assert consent.mode == "observe"
         assert consent.evidence == [
-            "/home/mtguard/.bashrc: written with the user's consent (the task and argument "
-            "'command' name it, and the task asks for every line written)"
+            "/home/mtguard/.bashrc: written with the user's consent (the task names it, and "
+            "it asks for every line the call added)"
         ]
         assert '"exit_code": 0' in done["content"][0]["text"]
 
