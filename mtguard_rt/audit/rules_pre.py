@@ -120,7 +120,11 @@ def dangerous_shell(ctx: CallContext, policy: Policy) -> list[Violation]:
 
 
 def ssh_persistence(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Arguments that name an SSH access file or carry key material. The user's own key,
+    which the task spells out with the file it goes to, is a consent (recorded, observe):
+    every key and SSH path the arguments hold is in the task, verbatim."""
     ev: list[str] = []
+    task, asked = ctx.task_text or "", True
     for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
         if hit := policy.ssh_paths.mention(text):
             ev.append(f"{where} names {hit!r}")
