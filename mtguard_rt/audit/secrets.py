@@ -28,60 +28,120 @@ MAX_DECODE_CHARS = 256 * 1024  # per text: base64/hex payloads are looked for th
 MAX_FINDINGS = 20  # per text
 MIN_VALUE = 8  # shortest secret value worth tracking
 
-# (kind, regex): formats that say by themselves that they are credentials.
-_FORMATS: tuple[tuple[str, str], ...] = (
+# (kind, anchors, regex): formats that say by themselves that they are credentials. A regex
+# is only tried where one of its anchors occurs (found by `str.find`, at C speed), starting
+# at the anchor (or `_BACK` chars before it), so a text holding no anchor costs one substring
+# search per anchor.
+_FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "private key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*(?:\r?\n|\\r?\\n)"
+        ("-----BEGIN ",),
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*(?:\r?\n|(?:\\r)?\\n)"
         r"(?:[\w-]+: [^\n]*(?:\r?\n|\\n))*\s*[A-Za-z0-9+/=]{40,}",
     ),
-    ("AWS access key id", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
-    ("GCP API key", r"\bAIza[0-9A-Za-z_-]{35}(?![\w-])"),
-    ("Google OAuth token", r"\bya29\.[0-9A-Za-z_-]{30,}"),
-    ("Azure client secret", r"(?<![\w~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])"),
-    ("Azure SAS signature", r"[?&]sig=[A-Za-z0-9%+/]{40,}={0,2}"),
-    ("GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b"),
-    ("GitHub fine-grained token", r"\bgithub_pat_[A-Za-z0-9_]{40,255}\b"),
-    ("GitLab token", r"\bgl(?:pat|dt|rt|ptt|cbt|oas|soat|ft|imt)-[A-Za-z0-9_-]{20,}"),
-    ("Slack token", r"\bxox[abposre]-\d{6,}-[A-Za-z0-9-]{8,}"),
-    ("Slack webhook", r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
-    ("Stripe live key", r"\b(?:sk|rk)_live_[A-Za-z0-9]{20,}\b"),
-    ("Stripe webhook secret", r"\bwhsec_[A-Za-z0-9]{24,}\b"),
-    ("Anthropic API key", r"\bsk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_-]{40,}"),
-    ("OpenAI API key", r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{32,}"),
-    ("API key (sk-)", r"\bsk-[A-Za-z0-9]{32,}\b"),
-    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b"),
-    ("PyPI token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}"),
-    ("Hugging Face token", r"\bhf_[A-Za-z0-9]{34,}\b"),
-    ("SendGrid key", r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b"),
-    ("DigitalOcean token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
-    ("Docker Hub token", r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
-    ("Telegram bot token", r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b"),
-    ("JWT", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"),
+    (
+        "AWS access key id",
+        ("AKIA", "ASIA", "ABIA", "ACCA"),
+        r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
+    ),
+    ("GCP API key", ("AIza",), r"\bAIza[0-9A-Za-z_-]{35}(?![\w-])"),
+    ("Google OAuth token", ("ya29.",), r"\bya29\.[0-9A-Za-z_-]{30,}"),
+    (
+        "Azure client secret",
+        ("Q~",),
+        r"(?<![\w~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])",
+    ),
+    ("Azure SAS signature", ("sig=",), r"[?&]sig=[A-Za-z0-9%+/]{40,}={0,2}"),
+    (
+        "GitHub token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b",
+    ),
+    ("GitHub fine-grained token", ("github_pat_",), r"\bgithub_pat_[A-Za-z0-9_]{40,255}\b"),
+    (
+        "GitLab token",
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glft-", "glimt-"),
+        r"\bgl(?:pat|dt|rt|ptt|cbt|oas|soat|ft|imt)-[A-Za-z0-9_-]{20,}",
+    ),
+    ("Slack token", ("xox",), r"\bxox[abposre]-\d{6,}-[A-Za-z0-9-]{8,}"),
+    (
+        "Slack webhook",
+        ("https://hooks.slack.com/",),
+        r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}",
+    ),
+    ("Stripe live key", ("sk_live_", "rk_live_"), r"\b(?:sk|rk)_live_[A-Za-z0-9]{20,}\b"),
+    ("Stripe webhook secret", ("whsec_",), r"\bwhsec_[A-Za-z0-9]{24,}\b"),
+    ("Anthropic API key", ("sk-ant-",), r"\bsk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_-]{40,}"),
+    ("OpenAI API key", ("sk-",), r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{32,}"),
+    ("API key (sk-)", ("sk-",), r"\bsk-[A-Za-z0-9]{32,}\b"),
+    ("npm token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("PyPI token", ("pypi-AgEI",), r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}"),
+    ("Hugging Face token", ("hf_",), r"\bhf_[A-Za-z0-9]{34,}\b"),
+    ("SendGrid key", ("SG.",), r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b"),
+    ("DigitalOcean token", ("doo_v1_", "dop_v1_", "dor_v1_"), r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
+    ("Docker Hub token", ("dckr_pat_",), r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
+    ("Telegram bot token", (":AA",), r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b"),
+    ("JWT", ("eyJ",), r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"),
 )
-_FORMAT_RE = re.compile("|".join(f"(?P<f{i}>{rx})" for i, (_, rx) in enumerate(_FORMATS)))
-_FORMAT_KINDS = {f"f{i}": kind for i, (kind, _) in enumerate(_FORMATS)}
-# Cheap pre-check: a text holding none of these cannot match a format.
-_FORMAT_HINT = re.compile(
-    r"PRIVATE KEY|AKIA|ASIA|ABIA|ACCA|AIza|ya29\.|\dQ~|sig=|gh[pousr]_|github_pat_|gl[a-z]{1,4}-"
-    r"|xox|hooks\.slack|_live_|whsec_|sk-|npm_|pypi-|hf_|SG\.|_v1_|dckr_|:AA|eyJ"
+# Where a match starts before its anchor: (fewest, most) characters (default: at the anchor).
+_BACK = {
+    "Azure client secret": (4, 4),
+    "Azure SAS signature": (1, 1),
+    "Telegram bot token": (8, 10),
+}
+_COMPILED = tuple(
+    (kind, anchors, _BACK.get(kind, (0, 0)), re.compile(rx)) for kind, anchors, rx in _FORMATS
 )
+WINDOW_AFTER = 4096  # chars after an anchor a match may reach (the longest format fits)
+MAX_ANCHORS = 20_000  # occurrences of one anchor examined per text
+
+
+def _at_anchors(
+    text: str, anchors: Iterable[str], rx: re.Pattern[str], back: tuple[int, int]
+) -> list[re.Match[str]]:
+    """Matches of `rx` starting at (or `back` chars before) an occurrence of an anchor."""
+    found: list[re.Match[str]] = []
+    end = -1
+    for anchor in anchors:
+        at, seen = text.find(anchor), 0
+        while at >= 0 and seen < MAX_ANCHORS:
+            seen += 1
+            for pos in range(max(0, at - back[1]), max(0, at - back[0]) + 1):
+                if pos < end:
+                    continue
+                m = rx.match(text, pos, at + WINDOW_AFTER)
+                if m is not None:
+                    found.append(m)
+                    end = m.end()
+                    break
+            at = text.find(anchor, at + 1)
+        end = -1
+    return found
+
+
+def _cases(words: Iterable[str]) -> tuple[str, ...]:
+    return tuple(v for w in words for v in (w, w.capitalize(), w.upper()))
+
 
 # scheme://user:password@host (a token alone as the user part is a format above)
 _URL_CRED = re.compile(
     r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,15}://([^\s:/?#@'\"<>`]{1,64}):([^\s/?#@'\"<>`]{1,128})@[\w.-]+"
 )
 
-# An assignment whose key names a credential: `password=x`, `"api_key": "x"`, `Token: x`.
-_CRED_KEY = (
-    r"[A-Za-z0-9_.-]{0,40}?(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey"
-    r"|access[_-]?key|private[_-]?key|client[_-]?secret|auth[_-]?key|account[_-]?key"
-    r"|signing[_-]?key|encryption[_-]?key|master[_-]?key|credentials?)[A-Za-z0-9_.-]{0,20}"
+# An assignment whose key names a credential: `password=x`, `"api_key": "x"`, `Token: x`. Found
+# from each occurrence of an anchor word: back to the key's start, then one anchored match.
+_KEY_WORD = re.compile(
+    r"(?i)password|passwd|passphrase|pwd|secret|token|api[_ -]?key|apikey|access[_ -]?key"
+    r"|private[_-]?key|client[_-]?secret|auth[_-]?key|account[_-]?key|signing[_-]?key"
+    r"|encryption[_-]?key|master[_-]?key|credentials?"
 )
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _ASSIGN = re.compile(
-    rf"(?i)(?<![\w.-])([\"']?)((?:{_CRED_KEY})|api key|access key|secret key)\1"
-    r"[ \t]*(?:=>|:=|=|:|\s+is:?)[ \t]*([\"']?)([^\s\"'`,;<>)\]}]{%d,200})" % MIN_VALUE
+    r"(?i)([\"']?)([A-Za-z0-9_.-]{1,64}|api key|access key|secret key)\1"
+    r"[ \t]*(?:=>|:=|=|:|\s+is:?)[ \t]*([\"']?)([^\s\"'`,;<>)\]}]{" + str(MIN_VALUE) + ",200})"
 )
+_AFTER_KEY = re.compile(r"[\w.-]*[\"']?[ \t]*(?:=|:|is\b)")
+_ASSIGN_ANCHORS = _cases(("pass", "pwd", "secret", "token", "key", "credential"))
 # Words of a key that name something about a credential, not the credential itself.
 _NOT_VALUE_WORDS = frozenset(
     "count max min type len length limit size name names id ids usage used expires expiry "
@@ -171,32 +231,52 @@ def _format_ok(value: str) -> bool:
 
 
 def _formats(text: str) -> list[tuple[str, str]]:
-    if not _FORMAT_HINT.search(text):
-        return []
-    out = []
-    for m in _FORMAT_RE.finditer(text):
-        value = m.group(0)
-        if _format_ok(value):
-            out.append((_FORMAT_KINDS[m.lastgroup or ""], value))
+    return [
+        (kind, m.group(0))
+        for kind, anchors, back, rx in _COMPILED
+        for m in _at_anchors(text, anchors, rx, back)
+        if _format_ok(m.group(0))
+    ]
+
+
+def _assignments(text: str) -> list[tuple[str, str]]:
+    """(key, value) of each assignment whose key holds a credential word."""
+    out: list[tuple[str, str]] = []
+    done = -1
+    for anchor in _ASSIGN_ANCHORS:
+        at, seen = text.find(anchor), 0
+        while at >= 0 and seen < MAX_ANCHORS:
+            seen += 1
+            if not _AFTER_KEY.match(text, at):  # prose: "the key and", "tokens are"
+                at = text.find(anchor, at + 1)
+                continue
+            start = at
+            while start > 0 and at - start < 48 and text[start - 1] in _KEY_CHARS:
+                start -= 1
+            before = text[max(0, start - 8) : start].lower()
+            start -= next((len(w) for w in ("api ", "access ", "secret ") if before.endswith(w)), 0)
+            if start > 0 and text[start - 1] in "\"'":
+                start -= 1
+            m = _ASSIGN.match(text, start) if start > done else None
+            if m is not None and _KEY_WORD.search(m.group(2)):
+                out.append((m.group(2), m.group(4)))
+                done = m.end()
+            at = text.find(anchor, at + 1)
     return out
 
 
 def _plain(text: str, encoding: str) -> list[Finding]:
     found = [Finding(kind, value, encoding) for kind, value in _formats(text)]
-    if "://" in text:
-        for m in _URL_CRED.finditer(text):
-            user, password = m.group(1), m.group(2)
-            if password != user and looks_real(password):
-                found.append(Finding("credential in a URL", password, encoding, user))
-    lowered = text.lower()
-    if any(w in lowered for w in ("pass", "pwd", "secret", "token", "key", "credential")):
-        for m in _ASSIGN.finditer(text):
-            key, value = m.group(2), m.group(4)
-            if _NOT_VALUE_WORDS.intersection(name_words(key)) or not looks_real(value):
-                continue
-            if any(value in f.value or f.value in value for f in found):
-                continue  # a format already found it (token=ghp_...)
-            found.append(Finding("credential assignment", value, encoding, key))
+    for m in _at_anchors(text, ("://",), _URL_CRED, (2, 16)):
+        user, password = m.group(1), m.group(2)
+        if password != user and looks_real(password):
+            found.append(Finding("credential in a URL", password, encoding, user))
+    for key, value in _assignments(text):
+        if _NOT_VALUE_WORDS.intersection(name_words(key)) or not looks_real(value):
+            continue
+        if any(value in f.value or f.value in value for f in found):
+            continue  # a format already found it (token=ghp_...)
+        found.append(Finding("credential assignment", value, encoding, key))
     return found
 
 
@@ -205,11 +285,11 @@ def _split(text: str, seen: Iterable[str]) -> list[Finding]:
     original spelling cuts them into groups of one length (an encoding, not prose)."""
     out: list[Finding] = []
     known = set(seen)
-    for squeeze in (_WS, _WS_DASH):
-        joined = squeeze.sub("", text)
-        if joined == text:
+    joined = "".join(text.split())
+    for squeeze, squeezed in ((_WS, joined), (_WS_DASH, joined.replace("-", ""))):
+        if squeezed == text:
             continue
-        for kind, value in _formats(joined):
+        for kind, value in _formats(squeezed):
             if value in known or value in text:
                 continue
             sep = r"[\s-]*" if squeeze is _WS_DASH else r"\s*"
@@ -264,7 +344,7 @@ def carries(text: str, value: str) -> str | None:
         return "base64"
     if value.encode().hex() in text.lower():
         return "hex"
-    if _WS_DASH.sub("", value) in _WS_DASH.sub("", text):
+    if "".join(value.split()).replace("-", "") in "".join(text.split()).replace("-", ""):
         return "split"
     return None
 
