@@ -27,12 +27,14 @@ import msgspec
 from . import __version__
 from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
+from .audit.consent import kernel_write_paths
 from .audit.scope import ServerScope
 from .config import GuardConfig
 from .errors import CallDenied, GuardError, ServerExited
 from .model import AuditRecord
 from .proxy.upstream import Message, StdioUpstream, Upstream, UpstreamError
 from .sandbox import SandboxConfig, open_sandbox
+from .sandbox.image import HOME
 from .sandbox.peek import SandboxFiles
 from .sandbox.rollback import open_rollback
 from .supervisor import DispatchHook, Supervisor
@@ -141,7 +143,10 @@ class Guard:
         write-only canaries (shell rc files: shells read them) only on an open for writing,
         which `canary-touched` denies unless the user asked this call for it (`WriteConsent`:
         the supervisor then lifts that kill for the call's window); every canary and protected
-        path also on unlink or rename (from or onto it)."""
+        path also on unlink or rename (from or onto it). The policy's exact persistence files
+        in the sandbox home (`kernel_write_paths`: ~/.ssh/authorized_keys, ~/.zshenv, ...)
+        are killed on write and modify like write-only canaries, lifted per call the same way
+        (`may_write`): a one-line append finishes before a user-space kill."""
         from .monitor.kinds import (
             ACT_KILL_EXEC,
             ACT_KILL_MODIFY,
@@ -161,6 +166,9 @@ class Guard:
             on_open = ACT_KILL_WRITE if write_only else ACT_KILL_OPEN
             acts[path] = ACT_WAKE | (on_open if kill else 0)
             acts[path] |= ACT_KILL_MODIFY if kill else 0
+        if kill and canaries:  # our image: its home is HOME
+            for path in self._kernel_writes():
+                acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_WRITE | ACT_KILL_MODIFY
         if kill:
             for path in policy.spec.lists.protected_paths:
                 acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN | ACT_KILL_MODIFY
@@ -169,6 +177,10 @@ class Guard:
         refused = watch.protect(acts)
         if refused:
             raise GuardError(f"cannot protect {refused}: not absolute or too long")
+
+    def _kernel_writes(self) -> list[str]:
+        """The persistence files `_protect` kills writers of (when it kills at all)."""
+        return kernel_write_paths(self.engine.policy, HOME)
 
     def _unique(self, name: str) -> str:
         base, n = name, 1
@@ -249,6 +261,7 @@ class Guard:
                 online=self.config.online.mode,
                 rollback=rollback,
                 files=SandboxFiles(sb.pid),
+                kernel_writes=self._kernel_writes() if sb.canaries else [],
                 scope=ServerScope.create(box.workspace, command),
             )
             self.servers[name] = sup

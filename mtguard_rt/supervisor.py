@@ -104,11 +104,15 @@ class Watch(Protocol):
 
 @asynccontextmanager
 async def _consenting(
-    watch: Watch, online: OnlineRules | None, window: AbstractAsyncContextManager[Window]
+    watch: Watch,
+    online: OnlineRules | None,
+    window: AbstractAsyncContextManager[Window],
+    kernel_writes: list[str] | None = None,
 ) -> AsyncIterator[Window]:
     """The call's window, with the kernel's kill on write lifted, until it has settled, for
-    the write-only canaries the user asked this very call to edit (`WriteConsent`)."""
-    paths = online.kernel_consent() if online is not None else []
+    the write-only canaries and persistence files (`kernel_writes`) the user asked this
+    very call to edit (`WriteConsent`)."""
+    paths = online.kernel_consent(kernel_writes) if online is not None else []
     with ExitStack() as stack:
         if paths:
             stack.enter_context(watch.consent(paths))
@@ -178,6 +182,7 @@ class Supervisor:
         online: OnlineMode = "enforce",
         rollback: WorkspaceRollback | None = None,
         files: SandboxPeek | None = None,
+        kernel_writes: list[str] | None = None,
         scope: ServerScope | None = None,
     ) -> None:
         self.name = name
@@ -202,6 +207,7 @@ class Supervisor:
         # What a call wrote to persistence files (consent judges the content): read back
         # from the sandbox; the last content seen is the next call's "before".
         self.files = files
+        self.kernel_writes = kernel_writes or []  # persistence files killed on write (kernel)
         self._persisted: dict[str, str | None] = {}
         self._written: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.scope = scope  # its workspace and roots, for `scope-escape`
@@ -493,7 +499,9 @@ class Supervisor:
                 await self.rollback.begin(declared.call_id)
             before = await self._read_files(self._persist_candidates())
             window_cm = (
-                _consenting(self.watch, online, self.watch.window(declared, hook))
+                _consenting(
+                    self.watch, online, self.watch.window(declared, hook), self.kernel_writes
+                )
                 if self.watch
                 else nullcontext(_UntracedWindow(declared))
             )

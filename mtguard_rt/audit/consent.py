@@ -250,6 +250,18 @@ class WriteConsent:
         return out
 
 
+def kernel_write_paths(policy: Policy, home: str) -> list[str]:
+    """The policy's exact persistence files in the sandbox user's home (`~/.ssh/rc`, not
+    `~/.config/systemd/**`): the kernel kills writers of these unless a call may write
+    them (`may_write`). Only the home: the sandbox user can write nothing else, and the
+    kernel kills at the syscall's entry, before a permission check would refuse it."""
+    out = []
+    for glob in policy.spec.lists.persistence_paths:
+        if glob.startswith("~/") and not any(c in glob for c in "*?[{"):
+            out.append(home.rstrip("/") + glob[1:])
+    return out
+
+
 def written_paths(tree: BehaviorTree, policy: Policy) -> list[str]:
     """The persistence locations and write-only canaries the call's events put content at
     (an open for writing, a rename's destination): what the supervisor reads back."""

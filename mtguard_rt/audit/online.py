@@ -94,13 +94,17 @@ class OnlineRules:
         self._own = None
         self._ledger = ledger
 
-    def kernel_consent(self) -> list[str]:
-        """The write-only canaries (kill on write in the kernel) this call may write: the
-        supervisor lifts their kill on write for the call's window only."""
-        if "canary-touched" not in self._on:
-            return []
+    def kernel_consent(self, persistence: list[str] | None = None) -> list[str]:
+        """The write-only canaries and `persistence` files (kill on write in the kernel)
+        this call may write (`WriteConsent.may_write`): the supervisor lifts their kill on
+        write for the call's window only."""
         only = self.policy.canary_write_only
-        return self.consent.paths([p for p in self.ctx.canaries if only.matches(p)])
+        paths = [p for p in self.ctx.canaries if only.matches(p)]
+        if "canary-touched" not in self._on:
+            paths = []
+        if "persistence-write" in self._on:
+            paths += [p for p in persistence or [] if p not in paths]
+        return self.consent.paths(paths)
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):
