@@ -7,8 +7,8 @@ Three questions, none answered from a server's or a tool's literal name:
    a value among the schema's own `enum` options is a declared choice, never data;
 2. what the value carries: text copied from the task or history beyond a short quote, or
    written as transcript turns; the names of the session's tools; a secret (`secrets`'
-   detector, the policy's `secret_patterns`) or, where the parameter asks for a credential,
-   a token-shaped value; a system prompt's text; the user's phone, e-mail or own words;
+   detector, the policy's `secret_patterns`) or, where the kind allows it (a parameter that
+   asks for a credential), any token-shaped value; a system prompt's text; the user's phone, e-mail or own words;
 3. whether the task asks for that data to go to a tool (the kind's task words: "my phone",
    "log in with this token", "the conversation"), or the tool's declared job needs it (its
    name's words: `login`, `add_contact`; never for data the parameter calls the user's or
@@ -33,10 +33,11 @@ from .names import words_of
 from .policy import Policy, SpecError, scoped
 from .secrets import find_secrets
 from .spec import OutOfScopeParamSpec, ParamKindSpec
+from .text import leaf_key
 
 RULE = "out-of-scope-param"
 MAX_EVIDENCE = 10
-CARRIERS = frozenset({"conversation", "tools", "credential", "prompt", "personal"})
+CARRIERS = frozenset({"conversation", "tools", "credential", "token", "prompt", "personal"})
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TURN = re.compile(r"(?im)^\s*(user|assistant|system|human|ai|model)\s*:")
 _EMAIL = re.compile(r"[^@\s<>()\[\],;:\"']+@[^@\s<>()\[\],;:\"']+\.[A-Za-z]{2,}")
@@ -53,6 +54,10 @@ def _words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def _forms(word: str) -> set[str]:
+    return {word, word + "s", word[:-1] if word.endswith("s") else word}
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind:
     name: str
@@ -62,8 +67,16 @@ class _Kind:
     task_words: tuple[tuple[str, ...], ...]
     job_words: frozenset[str]
 
+    excepted: tuple[frozenset[str], ...] = ()
+
     def asks(self, key_words: frozenset[str]) -> bool:
+        if any(p <= key_words for p in self.excepted):
+            return False
         return any(p <= key_words for p in self.params) or not self.joined.isdisjoint(key_words)
+
+    def described(self, tokens: frozenset[str]) -> bool:
+        """Does a description sentence name this kind of data (any inflection: tools/tool)?"""
+        return any(all(_forms(w) & tokens for w in p) for p in self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,7 @@ def _kind(i: int, k: ParamKindSpec) -> _Kind:
         carriers=frozenset(k.carriers),
         task_words=tuple(tuple(_words(w)) for w in k.task_words if _words(w)),
         job_words=frozenset(w.lower() for w in k.job_words),
+        excepted=tuple(frozenset(_words(p)) for p in k.except_params if _words(p)),
     )
 
 
@@ -219,8 +233,9 @@ class _Call:
                 out.append(f"secret material ({found[0].describe()})")
             elif self.policy.secrets is not None and (m := self.policy.secrets.search(value)):
                 out.append(f"secret material {_redacted(m.group(0))}")
-            elif tok := _token_shaped(value):
-                out.append(f"a credential-shaped value {_redacted(tok)}")
+        if "token" in carriers and not any(o.startswith("secret material") for o in out):
+            if tok := _token_shaped(value):
+                out.append(f"a token-shaped value {_redacted(tok)}")
         if "prompt" in carriers and self.rc.prompt is not None:
             if m := self.rc.prompt.search(value):
                 out.append(f"a system prompt's text {_snip(m.group(0))}")
@@ -295,6 +310,32 @@ def _key_words(key: str) -> list[tuple[str, ...]]:
     return [words_of(n) for n in names]
 
 
+def _asked(
+    ctx: CallContext, rc: _Compiled, key: str
+) -> list[tuple[tuple[str, ...], str, list[_Kind]]]:
+    """The kinds of data an argument's parameter asks for: by its name (the leaf's or the
+    top-level key's words), else by a sentence of the tool's own (untrusted) description
+    that names the parameter and the data ("notes: paste the full conversation")."""
+    names = _key_words(key)
+    for ordered in names:
+        words = frozenset(ordered)
+        kinds = [k for k in rc.kinds if k.asks(words)]
+        if kinds:
+            return [(ordered, "by its name", kinds)]
+    info = ctx.untrusted.tool(ctx.call.server, ctx.call.tool)
+    if info is None or not names:
+        return []
+    leaf = leaf_key(key).lower()
+    for sentence in info.sentences:
+        if not re.search(rf"(?<![\w]){re.escape(leaf)}(?![\w])", sentence.lower):
+            continue
+        rest = frozenset(sentence.tokens) - frozenset(words_of(leaf))
+        kinds = [k for k in rc.kinds if k.described(rest)]
+        if kinds:
+            return [(names[0], f"its description: {_snip(sentence.text, 80)}", kinds)]
+    return []
+
+
 def out_of_scope_param(ctx: CallContext, policy: Policy) -> list[Violation]:
     rc = compiled(policy)
     call = _Call(ctx, policy, rc)
@@ -308,27 +349,22 @@ def out_of_scope_param(ctx: CallContext, policy: Policy) -> list[Violation]:
         if _declared_choice(ctx.input_schema, key, value):
             continue
         asked = False
-        for ordered in _key_words(key):
-            words = frozenset(ordered)
-            for kind in rc.kinds:
-                if not kind.asks(words):
-                    continue
-                asked = True
+        for ordered, how, kinds in _asked(ctx, rc, key):
+            asked = True
+            for kind in kinds:
                 if call.consent(kind, ordered) is not None:
                     continue
                 if carried := call.carries(value, kind.carriers):
                     deny.append(
-                        f"argument {key!r} asks for {kind.name} and carries "
+                        f"argument {key!r} asks for {kind.name} ({how}) and carries "
                         f"{'; '.join(carried)}; the task does not ask for {kind.name} to go "
                         f"to {tool!r}"
                     )
                 else:
                     weak.append(
-                        f"argument {key!r} asks for {kind.name} (by its name); its value "
+                        f"argument {key!r} asks for {kind.name} ({how}); its value "
                         f"{_snip(value, 40)} shows none of it (recorded only)"
                     )
-            if asked:
-                break
         if not asked and rc.disclosure is not None and (m := rc.disclosure.search(value)):
             if not any(_has_phrase(call.task_words, p) for p in rc.disclosure_task_words):
                 deny.append(

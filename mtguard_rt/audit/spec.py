@@ -153,14 +153,17 @@ class ParamKindSpec(_Strict):
     # `userRequest` (every word in the name), "apikey" also the one word `apikey`.
     params: list[str] = msgspec.field(default_factory=list)
     # What in a value shows it carries that data: conversation (copies the task or history,
-    # transcript turns), tools (names the session's tools), credential (a token-shaped or
-    # secret value), prompt (an assistant's system prompt), personal (phone, e-mail, the
-    # user's own words copied).
+    # transcript turns), tools (names the session's tools), credential (a secret the
+    # detector knows), token (any token-shaped value: a key, a session id), prompt (an
+    # assistant's system prompt), personal (phone, e-mail, the user's own words copied).
     carriers: list[str] = msgspec.field(default_factory=list)
     # Words or phrases of a task that ask for this data to go to a tool ("my phone", "log in").
     task_words: list[str] = msgspec.field(default_factory=list)
     # Words of a tool's name whose declared job needs it (`login`, `add_contact`).
     job_words: list[str] = msgspec.field(default_factory=list)
+    # Parameter names that look like one of `params` but ask for something else
+    # (`page_token`, `max_tokens`), in the same words form.
+    except_params: list[str] = msgspec.field(default_factory=list)
 
 
 class OutOfScopeParamSpec(RuleSpec):
