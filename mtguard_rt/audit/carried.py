@@ -69,15 +69,28 @@ def targets(ctx: CallContext, policy: Policy) -> Iterator[tuple[str, str, str]]:
         yield key, v, words
 
 
-def _sources(ctx: CallContext) -> Iterator[tuple[str, str]]:
-    """(where, text as words) of every other server's recent results and descriptions."""
+def _sources(ctx: CallContext) -> Iterator[tuple[str, str, str]]:
+    """(where, lower-cased text, text as words) of every other server's recent results and
+    descriptions."""
     u, me = ctx.untrusted, ctx.call.server
     for o in u.outputs:
         if o.server != me:
-            yield f"result of {o.tool!r} on {o.server!r}", o.words
+            yield f"result of {o.tool!r} on {o.server!r}", o.lower, o.words
     for t in u.tools:
         if t.server != me and t.description:
-            yield f"description of {t.name!r} on {t.server!r}", word_line(t.description)
+            yield f"description of {t.name!r} on {t.server!r}", t.mentions, word_line(t.mentions)
+
+
+def _holds(value: str, words: str, lower: str, text_words: str) -> bool:
+    """Does a text hold the value? A value of one plain word (`todo`) only where the text
+    quotes it (`name 'todo'`): as a bare word any long text may hold it. A longer or
+    identifier-shaped value (`audit-trail`, an address, a path) as the same run of words."""
+    if f" {words} " not in text_words:
+        return False
+    if " " in words or not value.isalpha():
+        return True
+    quoted = rf"[`'\"\u201c]\s*{re.escape(value.lower())}\s*[`'\"\u201d]"
+    return re.search(quoted, lower) is not None
 
 
 def carried_targets(ctx: CallContext, policy: Policy) -> list[str]:
@@ -90,8 +103,8 @@ def carried_targets(ctx: CallContext, policy: Policy) -> list[str]:
     ev: list[str] = []
     sources = list(_sources(ctx))
     for key, value, words in targets(ctx, policy):
-        for where, text in sources:
-            if f" {words} " in text:
+        for where, lower, text in sources:
+            if _holds(value, words, lower, text):
                 ev.append(
                     f"argument {key!r} = {value[:80]!r} (a target of {ctx.call.tool!r}, which "
                     f"the task does not ask for) is taken from the {where}, not from the task"
