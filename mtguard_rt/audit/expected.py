@@ -91,6 +91,7 @@ LOOKERS = frozenset({"ls", "stat", "cat", "head", "tail", "wc", "file", "test", 
 TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/dev", "/proc/self", "/run/user")
 HOME_CACHES = (".cache", ".local/state", ".npm")
 _TOKEN = re.compile(r"""[^\s'"`;|&<>()=,]+""")
+_DISCARD = re.compile(r"\d?>>?\s*/dev/null|\d?>&\d")  # output thrown away: no write
 
 
 def _name_words(tool: str) -> set[str]:
@@ -307,8 +308,9 @@ class Expected:
                 out.append(f"{who}: {pat.name}")
                 break
         # a command line of looking programs only (`ls ~/.config/systemd/user || echo none`)
-        looks = all(basename(w[0]) in LOOKERS or w[0] in HARMLESS_BUILTINS
-                    for w in commands[1:] or commands)
+        looks = ">" not in _DISCARD.sub("", text) and all(
+            basename(w[0]) in LOOKERS or w[0] in HARMLESS_BUILTINS for w in commands[1:] or commands
+        )
         for tok in _TOKEN.findall(text):
             path = self._expand(tok)
             if path is None:

@@ -230,5 +230,7 @@ def test_a_status_tool_whose_shell_does_something_still_fires() -> None:
     planted = _shell("list_timers", f"echo x >> {HOME}/.bashrc",
                      [opened(f"{HOME}/.bashrc", "write", "append")])
     assert [v.rule for v in planted] == ["unexpected-shell"]
+    redirected = _shell("list_timers", f"echo x >> {HOME}/.bashrc", [])
+    assert [v.rule for v in redirected] == ["unexpected-shell"]  # the command line says it
     listed = _shell("list_timers", f"ls {HOME}/.ssh", [])
     assert [v.rule for v in listed] == ["unexpected-shell"]  # a directory of secrets
