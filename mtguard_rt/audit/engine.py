@@ -32,6 +32,7 @@ from .rules_pre import NEEDS_TASK, PRE_RULES
 from .rules_process import process_control
 from .rules_result import result_injection
 from .rules_scope import scope_escape
+from .rules_secrets import secret_in_result
 from .rules_state import unrequested_change
 from .schema import strip_descriptions
 from .session import fence, render_calls, render_registry
@@ -49,6 +50,7 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("privilege-escalation", privilege_escalation),
     ("unexpected-network", unexpected_network),
     ("result-injection", result_injection),
+    ("secret-in-result", secret_in_result),
     ("incomplete-tree", incomplete_tree),
     ("request-mismatch", request_mismatch),
     ("undeclared-request", undeclared_request),
@@ -57,7 +59,9 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("process-control", process_control),
     (PROFILE_RULE, profile_deviation),
 )
-UNTRACED_OK = frozenset({"canary-touched", "result-injection", "incomplete-tree"})
+UNTRACED_OK = frozenset(
+    {"canary-touched", "result-injection", "secret-in-result", "incomplete-tree"}
+)
 JUDGE = "llm-judge"
 PINNING = "tool-pinning"
 MAX_HISTORY = 20  # most recent turns shown to the judge

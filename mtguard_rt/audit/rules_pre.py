@@ -19,6 +19,7 @@ from .context import CallContext
 from .names import captures, confusable, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
+from .rules_flow import secret_flow
 from .rules_params import out_of_scope_param
 from .rules_provenance import induced_call, lookalike_tool
 from .text import bare_hosts, leaf_key, names_path, url_hosts
@@ -355,6 +356,7 @@ PRE_RULES = (
     ("repeated-call", repeated_call),
     ("induced-call", induced_call),
     ("lookalike-tool", lookalike_tool),
+    ("secret-flow", secret_flow),
     ("out-of-scope-param", out_of_scope_param),
 )
 NEEDS_TASK = frozenset({"off-task-url", "task-entity-mismatch", "induced-call"})

@@ -4,8 +4,9 @@ A `tools/call` result is judged by the post rules. Everything else the server se
 `initialize` result and its instructions, tool/prompt/resource listings and their
 descriptions, notifications, server-to-client requests such as sampling or elicitation, and
 JSON-RPC `error` objects) is checked here before it is relayed: a canary marker (raw, in any
-base64 alignment, or hex) anywhere in it, and the policy's secret patterns in the parts that
-are the server's own words (instructions, descriptions, notifications, requests, errors; not
+base64 alignment, or hex) anywhere in it, and secrets (`secrets.find_secrets`, the one detector
+the result rules share, plus the policy's secret patterns) in the parts that are the server's
+own words (instructions, descriptions, notifications, requests, errors; not
 the content of a resource or prompt the host asked for, which is the user's data). Pure
 functions; the supervisor decides what is withheld and records it.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .rules_files import _b64_forms
+from .secrets import b64_forms, find_secrets
 from .text import iter_strings
 
 # Responses whose whole content is the server's own words (secret patterns are checked).
@@ -50,7 +51,7 @@ def _marker_hits(text: str, canaries: dict[str, str]) -> list[str]:
             continue
         if marker in text:
             hits.append(f"the marker of canary {path}")
-        elif any(form in text for form in _b64_forms(marker)):
+        elif any(form in text for form in b64_forms(marker)):
             hits.append(f"the base64 marker of canary {path}")
         elif marker.encode().hex() in lowered:
             hits.append(f"the hex marker of canary {path}")
@@ -69,11 +70,13 @@ def scan_message(
     if hits := _marker_hits(text, canaries):
         return "canary-touched", [f"the server's message carries {h}" for h in hits]
     own = "method" in message or "error" in message or answered in OWN_WORDS
-    if own and secrets is not None and (found := secrets.search(text)):
-        return "secret-in-message", [
-            f"the server's message carries key material ({len(found.group(0))} characters "
-            f"matching a secret pattern)"
-        ]
+    if not own:
+        return "", []
+    found = [f.describe() for f in find_secrets(text)]  # redacted: a prefix and the length
+    if secrets is not None and (m := secrets.search(text)):
+        found.append(f"key material ({len(m.group(0))} characters matching a secret pattern)")
+    if found:
+        return "secret-in-message", [f"the server's message carries {d}" for d in found]
     return "", []
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from .text import decoded_variants, iter_strings, leaf_key
 
 MAX_SCAN_CHARS = 2 * 1024 * 1024  # per text: its head and tail (half each) beyond this
-MAX_DECODE_CHARS = 256 * 1024  # per text: base64/hex payloads are looked for this far
+MAX_DECODE_CHARS = 256 * 1024  # per text: base64/hex payloads and split tokens looked for this far
 MAX_FINDINGS = 20  # per text
 MIN_VALUE = 8  # shortest secret value worth tracking
 
@@ -94,12 +94,19 @@ _COMPILED = tuple(
 )
 WINDOW_AFTER = 4096  # chars after an anchor a match may reach (the longest format fits)
 MAX_ANCHORS = 20_000  # occurrences of one anchor examined per text
+MAX_SPLIT_CHECKS = 16  # candidate split tokens looked up in the original text
 
 
 def _at_anchors(
-    text: str, anchors: Iterable[str], rx: re.Pattern[str], back: tuple[int, int]
+    text: str,
+    anchors: Iterable[str],
+    rx: re.Pattern[str],
+    back: tuple[int, int],
+    loose: bool = False,
 ) -> list[re.Match[str]]:
-    """Matches of `rx` starting at (or `back` chars before) an occurrence of an anchor."""
+    """Matches of `rx` starting at (or `back` chars before) an occurrence of an anchor.
+    `loose`: also as if a space preceded the anchor (a text whose spaces were squeezed out
+    glues a split token to the word before it)."""
     found: list[re.Match[str]] = []
     end = -1
     for anchor in anchors:
@@ -110,9 +117,11 @@ def _at_anchors(
                 if pos < end:
                     continue
                 m = rx.match(text, pos, at + WINDOW_AFTER)
+                if m is None and loose and pos == at:
+                    m = rx.match(" " + text[at : at + WINDOW_AFTER], 1)
                 if m is not None:
                     found.append(m)
-                    end = m.end()
+                    end = pos + len(m.group(0))
                     break
             at = text.find(anchor, at + 1)
         end = -1
@@ -141,7 +150,8 @@ _ASSIGN = re.compile(
     r"[ \t]*(?:=>|:=|=|:|\s+is:?)[ \t]*([\"']?)([^\s\"'`,;<>)\]}]{" + str(MIN_VALUE) + ",200})"
 )
 _AFTER_KEY = re.compile(r"[\w.-]*[\"']?[ \t]*(?:=|:|is\b)")
-_ASSIGN_ANCHORS = _cases(("pass", "pwd", "secret", "token", "key", "credential"))
+_ASSIGN_WORDS = ("pass", "pwd", "secret", "token", "key", "credential")
+_ASSIGN_ANCHORS = _cases(_ASSIGN_WORDS)
 # Words of a key that name something about a credential, not the credential itself.
 _NOT_VALUE_WORDS = frozenset(
     "count max min type len length limit size name names id ids usage used expires expiry "
@@ -230,11 +240,11 @@ def _format_ok(value: str) -> bool:
     return len(set(value)) >= 10
 
 
-def _formats(text: str) -> list[tuple[str, str]]:
+def _formats(text: str, loose: bool = False) -> list[tuple[str, str]]:
     return [
         (kind, m.group(0))
         for kind, anchors, back, rx in _COMPILED
-        for m in _at_anchors(text, anchors, rx, back)
+        for m in _at_anchors(text, anchors, rx, back, loose)
         if _format_ok(m.group(0))
     ]
 
@@ -243,25 +253,30 @@ def _assignments(text: str) -> list[tuple[str, str]]:
     """(key, value) of each assignment whose key holds a credential word."""
     out: list[tuple[str, str]] = []
     done = -1
-    for anchor in _ASSIGN_ANCHORS:
-        at, seen = text.find(anchor), 0
+    # one search per word in the lower-cased text when it keeps its offsets (ASCII)
+    lowered, anchors = (text.lower(), _ASSIGN_WORDS) if text.isascii() else (text, _ASSIGN_ANCHORS)
+    for anchor in anchors:
+        at, seen = lowered.find(anchor), 0
         while at >= 0 and seen < MAX_ANCHORS:
             seen += 1
             if not _AFTER_KEY.match(text, at):  # prose: "the key and", "tokens are"
-                at = text.find(anchor, at + 1)
+                at = lowered.find(anchor, at + 1)
                 continue
             start = at
             while start > 0 and at - start < 48 and text[start - 1] in _KEY_CHARS:
                 start -= 1
             before = text[max(0, start - 8) : start].lower()
             start -= next((len(w) for w in ("api ", "access ", "secret ") if before.endswith(w)), 0)
-            if start > 0 and text[start - 1] in "\"'":
-                start -= 1
-            m = _ASSIGN.match(text, start) if start > done else None
+            m = None
+            if start > done:  # a quoted key ("api_key": ...), else the bare one ("pass=...)
+                quoted = start > 0 and text[start - 1] in "\"'"
+                m = (_ASSIGN.match(text, start - 1) if quoted else None) or _ASSIGN.match(
+                    text, start
+                )
             if m is not None and _KEY_WORD.search(m.group(2)):
                 out.append((m.group(2), m.group(4)))
                 done = m.end()
-            at = text.find(anchor, at + 1)
+            at = lowered.find(anchor, at + 1)
     return out
 
 
@@ -289,13 +304,15 @@ def _split(text: str, seen: Iterable[str]) -> list[Finding]:
     for squeeze, squeezed in ((_WS, joined), (_WS_DASH, joined.replace("-", ""))):
         if squeezed == text:
             continue
-        for kind, value in _formats(squeezed):
-            if value in known or value in text:
+        for kind, value in _formats(squeezed, loose=True):
+            if value in known or value in text or len(known) >= MAX_SPLIT_CHECKS:
                 continue
+            known.add(value)
+            if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+                continue  # prose glued together ("risk-based approach"), not a token
             sep = r"[\s-]*" if squeeze is _WS_DASH else r"\s*"
             spelled = re.search(sep.join(map(re.escape, value)), text)
             if spelled and _grouped(spelled.group(0), squeeze):
-                known.add(value)
                 out.append(Finding(kind, value, "split"))
     return out
 
@@ -318,7 +335,7 @@ def find_secrets(text: str) -> tuple[Finding, ...]:
     for enc, decoded in decoded_variants(text[:MAX_DECODE_CHARS]):
         found += [f for f in _plain(decoded, enc) if not any(f.value == g.value for g in found)]
     if len(found) < MAX_FINDINGS:
-        found += _split(text, (f.value for f in found))
+        found += _split(text[:MAX_DECODE_CHARS], (f.value for f in found))
     return tuple(found[:MAX_FINDINGS])
 
 

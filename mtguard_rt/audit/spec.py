@@ -274,6 +274,10 @@ class RulesSpec(_Strict):
     result_injection: ResultInjectionSpec = msgspec.field(
         name="result-injection", default_factory=ResultInjectionSpec
     )
+    # secrets (rules_secrets.py, rules_flow.py): a credential in a result the task did not ask
+    # for; a secret from one server's result sent on to another
+    secret_in_result: RuleSpec = msgspec.field(name="secret-in-result", default_factory=RuleSpec)
+    secret_flow: RuleSpec = msgspec.field(name="secret-flow", default_factory=RuleSpec)
     incomplete_tree: IncompleteTreeSpec = msgspec.field(
         name="incomplete-tree", default_factory=IncompleteTreeSpec
     )
