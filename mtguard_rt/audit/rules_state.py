@@ -140,7 +140,8 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
                     proven = None if "create" in ev.flags else "opened without O_CREAT"
                     note(path, "overwrote", p, ev, proven)
                 elif "create" in ev.flags:
-                    if not logs.matches(path):
+                    # O_WRONLY|O_CREAT: an append (or a new file); O_RDWR|O_CREAT: a database
+                    if "read" not in ev.flags and not logs.matches(path):
                         note(path, "wrote to", p, ev, None)
                 elif "read" not in ev.flags and not logs.matches(path):
                     note(path, "wrote to", p, ev, "opened without O_CREAT")
