@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+_CLAUSE = re.compile(r"[^\W_]+(?:'[^\W_]+)?|[,;:.!?()\u2014]")
+_PUNCT = frozenset(",;:.!?()\u2014")
+_NAME = "zzname"  # what a name becomes: a word, neither a verb nor a determiner
 # names, not words: quoted spans, and tokens holding a path, URL, placeholder or identifier
 # punctuation (old-draft, {site}/booking/, fix-rounding, price.py)
 _NAMES = re.compile(
@@ -38,6 +41,7 @@ class IntentVocab:
     negations: frozenset[str]
     question_words: frozenset[str]
     determiners: frozenset[str]
+    delegation_words: frozenset[str] = frozenset()
 
 
 def create_vocab(
@@ -45,19 +49,24 @@ def create_vocab(
     negations: list[str],
     question_words: list[str],
     determiners: list[str],
+    delegation_words: list[str] | None = None,
 ) -> IntentVocab:
     return _vocab(tuple(change_verbs), tuple(negations), tuple(question_words),
-                  tuple(determiners))  # fmt: skip
+                  tuple(determiners), tuple(delegation_words or ()))  # fmt: skip
 
 
 @lru_cache(maxsize=16)
 def _vocab(
-    change: tuple[str, ...], neg: tuple[str, ...], ques: tuple[str, ...], det: tuple[str, ...]
+    change: tuple[str, ...],
+    neg: tuple[str, ...],
+    ques: tuple[str, ...],
+    det: tuple[str, ...],
+    dele: tuple[str, ...],
 ) -> IntentVocab:
     def low(words: tuple[str, ...]) -> frozenset[str]:
         return frozenset(w.lower().replace(_RSQUO, "'") for w in words)
 
-    return IntentVocab(low(change), low(neg), low(ques), low(det))
+    return IntentVocab(low(change), low(neg), low(ques), low(det), low(dele))
 
 
 def _inflected(word: str, verbs: frozenset[str]) -> bool:
@@ -82,6 +91,21 @@ def base_forms(word: str) -> list[str]:
     return out
 
 
+def _clause_words(text: str) -> list[str]:
+    """Words and clause punctuation, in order: a look-back stops at a comma or a full stop."""
+    return _CLAUSE.findall(text.lower().replace(_RSQUO, "'"))
+
+
+def _back(seq: list[str], i: int, n: int) -> list[str]:
+    """Up to `n` words before `seq[i]` in its clause."""
+    out: list[str] = []
+    for w in reversed(seq[max(0, i - n) : i]):
+        if w in _PUNCT:
+            break
+        out.append(w)
+    return out
+
+
 def words_of(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace(_RSQUO, "'"))
 
@@ -99,22 +123,28 @@ class TaskIntent:
     def asks_change(self) -> bool:
         return bool(self.change_words)
 
+    def delegates(self, vocab: IntentVocab) -> bool:
+        """Does the task hand its steps to a document ("follow setup.md", "do the steps in
+        TODO.md")? Then what that document asks is what the user asks."""
+        return not self.words.isdisjoint(vocab.delegation_words)
+
     @classmethod
     def of(cls, text: str, vocab: IntentVocab) -> TaskIntent:
-        seq = words_of(_NAMES.sub(" , ", text))  # a name (quoted, a path) holds no request
+        seq = _clause_words(_NAMES.sub(f" {_NAME} ", text))  # a name holds no request
         found: list[str] = []
         for i, w in enumerate(seq):
-            if w not in vocab.change_verbs and not _inflected(w, vocab.change_verbs):
+            verb = w in vocab.change_verbs or _inflected(w, vocab.change_verbs)
+            if w in _PUNCT or not verb:
                 continue
-            before = seq[max(0, i - NEGATION_REACH) : i]
+            before = _back(seq, i, NEGATION_REACH)
             if any(b in vocab.negations or b.endswith("n't") for b in before):
                 continue
             if w in vocab.change_verbs:
-                if any(b in vocab.determiners for b in seq[max(0, i - 2) : i]):
+                if any(b in vocab.determiners for b in _back(seq, i, 2)):
                     continue  # "my address book", "the last commit": a noun
-            elif i and seq[i - 1] in vocab.determiners:
+            elif _back(seq, i, 1) and _back(seq, i, 1)[0] in vocab.determiners:
                 continue  # "the shared checkout", "the booking page": an adjective
-            elif any(b in vocab.question_words for b in seq[max(0, i - QUESTION_REACH) : i]):
+            elif any(b in vocab.question_words for b in _back(seq, i, QUESTION_REACH)):
                 continue  # "what changed", "is the worker running": a question, a description
             found.append(w)
         all_words = {f for w in words_of(text) for f in base_forms(w)}

@@ -33,13 +33,14 @@ from .intent import IntentVocab, TaskIntent, base_forms, create_vocab, words_of
 from .madefiles import SandboxFiles
 from .patterns import PathSet
 from .policy import Policy
-from .provenance import Sentence
+from .provenance import Sentence, split_sentences
 from .rules_pre import violation
-from .text import names_path
+from .text import iter_strings, names_path
 from .treeview import TreeView, describe, label
 
 RULE = "unrequested-change"
 MAX_TASK_CHARS = 160  # of the task quoted in the evidence
+MIN_SOURCE_NAME = 3  # shortest argument text that can name the document a task delegates to
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,11 @@ def _paths(globs: tuple[str, ...]) -> PathSet:
 def _vocab(policy: Policy) -> IntentVocab:
     lists = policy.spec.lists
     return create_vocab(
-        lists.change_verbs, lists.change_negations, lists.question_words, lists.determiners
+        lists.change_verbs,
+        lists.change_negations,
+        lists.question_words,
+        lists.determiners,
+        lists.delegation_words,
     )
 
 
@@ -165,23 +170,48 @@ def object_name(path: str) -> str:
 
 
 def instructing(
-    ctx: CallContext, name: str, vocab: IntentVocab, cues: re.Pattern[str] | None
+    ctx: CallContext,
+    name: str,
+    intent: TaskIntent,
+    vocab: IntentVocab,
+    cues: re.Pattern[str] | None,
 ) -> Sentence | None:
-    """A sentence of untrusted text (a result; a description that obliges) that asks for a
-    change (a change verb) and gives `name` as a value (quoted, an id, an identifier)."""
+    """A sentence of untrusted text (a recent result of the session; a description that
+    obliges) that asks for a change (a change verb) and gives `name` as a value (quoted, an
+    id, an identifier); not one from a document the task delegates to (`_sanctioned`)."""
     low = name.lower()
     parts = set(words_of(low))
     if not parts:
         return None
+    calls = list(getattr(getattr(ctx, "session", None), "calls", ()))
     pool: list[Sentence] = [s for _, _, ss in ctx.untrusted.results for s in ss]
+    for c in calls:  # recent results, whole (not only the sentences naming a tool)
+        if c.result and low in c.result.lower():
+            pool += split_sentences(c.result, "result", c.server, c.tool)
     pool += [s for t in ctx.untrusted.tools for s in t.sentences
              if cues is not None and cues.search(s.text)]  # fmt: skip
     for s in pool:
         if low not in s.lower or not parts <= s.values:
             continue
-        if any(f in vocab.change_verbs for w in words_of(s.lower) for f in base_forms(w)):
+        if not any(f in vocab.change_verbs for w in words_of(s.lower) for f in base_forms(w)):
+            continue
+        if not _sanctioned(s, calls, intent, vocab):
             return s
     return None
+
+
+def _sanctioned(s: Sentence, calls: list[Any], intent: TaskIntent, vocab: IntentVocab) -> bool:
+    """The sentence comes from the result of a call on a document the task names, and the
+    task delegates to it ("follow setup.md"): the user's own instruction, not an injection."""
+    if s.kind != "result" or not intent.delegates(vocab):
+        return False
+    head = s.lower[:80]
+    for c in calls:
+        if c.server == s.server and c.tool == s.tool and c.result and head in c.result.lower():
+            named = [t for _, t in iter_strings(c.arguments) if len(t) >= MIN_SOURCE_NAME]
+            if any(intent.names(object_name(t)) for t in named):
+                return True
+    return False
 
 
 def unrequested_change(
@@ -206,7 +236,7 @@ def unrequested_change(
         name = object_name(c.path)
         if intent.names(name):
             continue
-        s = instructing(ctx, name, vocab, policy.obligation_cues)
+        s = instructing(ctx, name, intent, vocab, policy.obligation_cues)
         if s is not None:
             lines.append(f"{c.line()}; the task does not name {name!r}, the {s.where()} "
                          f"asks for it: {s.text[:160]!r}")  # fmt: skip

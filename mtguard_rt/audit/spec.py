@@ -54,6 +54,7 @@ class ListsSpec(_Strict):
     change_negations: list[str] = msgspec.field(default_factory=list)
     question_words: list[str] = msgspec.field(default_factory=list)
     determiners: list[str] = msgspec.field(default_factory=list)
+    delegation_words: list[str] = msgspec.field(default_factory=list)  # "follow setup.md"
     housekeeping_paths: list[str] = msgspec.field(default_factory=list)
     log_paths: list[str] = msgspec.field(default_factory=list)
 
