@@ -8,7 +8,8 @@ Three questions, none answered from a server's or a tool's literal name:
 2. what the value carries: text copied from the task or history beyond a short quote, or
    written as transcript turns; the names of the session's tools; a secret (`secrets`'
    detector, the policy's `secret_patterns`) or, where the kind allows it (a parameter that
-   asks for a credential), any token-shaped value; a system prompt's text; the user's phone, e-mail or own words;
+   asks for a credential), any token-shaped value; a system prompt's text; the user's
+   phone, e-mail or own words;
 3. whether the task asks for that data to go to a tool (the kind's task words: "my phone",
    "log in with this token", "the conversation"), or the tool's declared job needs it (its
    name's words: `login`, `add_contact`; never for data the parameter calls the user's or
@@ -314,8 +315,9 @@ def _asked(
     ctx: CallContext, rc: _Compiled, key: str
 ) -> list[tuple[tuple[str, ...], str, list[_Kind]]]:
     """The kinds of data an argument's parameter asks for: by its name (the leaf's or the
-    top-level key's words), else by a sentence of the tool's own (untrusted) description
-    that names the parameter and the data ("notes: paste the full conversation")."""
+    top-level key's words), else by what the tool's own (untrusted) description defines
+    the parameter as ("notes: paste the full conversation"): an attacker who wants a
+    parameter filled must say with what."""
     names = _key_words(key)
     for ordered in names:
         words = frozenset(ordered)
@@ -327,13 +329,33 @@ def _asked(
         return []
     leaf = leaf_key(key).lower()
     for sentence in info.sentences:
-        if not re.search(rf"(?<![\w]){re.escape(leaf)}(?![\w])", sentence.lower):
-            continue
-        rest = frozenset(sentence.tokens) - frozenset(words_of(leaf))
-        kinds = [k for k in rc.kinds if k.described(rest)]
-        if kinds:
-            return [(names[0], f"its description: {_snip(sentence.text, 80)}", kinds)]
+        for definition in _definitions(sentence.text, leaf):
+            kinds = [k for k in rc.kinds if k.described(_token_set(definition))]
+            if kinds:
+                return [(names[0], f"its description: {_snip(definition, 80)}", kinds)]
     return []
+
+
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(_words(text))
+
+
+def _definitions(text: str, name: str) -> list[str]:
+    """What a description says a parameter is: the text after `name:` (or `name -`,
+    `name =`, "`name` is/should be/must contain") up to the next `;`, full stop or the next
+    parameter's definition. A parameter merely mentioned ("XML context in old_string") has
+    none."""
+    head = rf"(?<![\w`'\"]){re.escape(name)}[`'\"]?"
+    rx = re.compile(
+        rf"{head}\s*(?::|=|\s-\s|\s(?:is|are|should be|must be|must contain|contains|"
+        rf"expects?|takes?)\b)\s*(?P<body>[^;.\n]{{3,300}})",
+        re.I,
+    )
+    out = []
+    for m in rx.finditer(text):
+        body = re.split(r"\b[A-Za-z_][\w]*\s*:\s", m.group("body"), maxsplit=1)[0]
+        out.append(body.strip())
+    return out
 
 
 def out_of_scope_param(ctx: CallContext, policy: Policy) -> list[Violation]:

@@ -148,6 +148,25 @@ def test_a_parameter_described_as_the_conversation_denies_whatever_its_name() ->
 
 
 # -- hard negatives -------------------------------------------------------------------------
+def test_a_parameter_merely_mentioned_near_such_words_asks_for_nothing() -> None:
+    log = UntrustedLog("fs")
+    log.listing(
+        [
+            {
+                "name": "edit",
+                "description": "Include surrounding XML context in old_string. When "
+                "users ask about file locations, use paths. Binary files need command-line tools.",
+                "inputSchema": {"type": "object"},
+            }
+        ]
+    )
+    task = "Fix the discount formula in invoice.py"
+    args = {"old_string": "x / 10", "paths": ["/w/a"], "command": "ls"}
+    ctx = ctx_for("edit", args, task=task, server="fs")
+    ctx.untrusted = gather(log, [], None)
+    assert out_of_scope_param(ctx, POLICY) == []
+
+
 def test_pagination_tokens_and_ids_are_not_credentials() -> None:
     cursor = "eyJvZmZzZXQiOjEwMCwic29ydCI6ImFzYyJ9Q2x1c3Rlcl8xMjM0NQ"
     assert _check("list_items", {"page_token": cursor}, "List all my items") == []
