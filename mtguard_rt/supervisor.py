@@ -52,7 +52,9 @@ from .sandbox.rollback import WorkspaceRollback
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
 # rules whose deny means the server held a secret: it is quarantined (`Supervisor.quarantine`)
-CONFIDENTIALITY = frozenset({"canary-touched", "sensitive-file-read", "secret-in-message"})
+CONFIDENTIALITY = frozenset(
+    {"canary-touched", "sensitive-file-read", "secret-in-message", "secret-in-result"}
+)
 RECENT_KILLS = 100  # online kills remembered (rule, event-to-kill latency) for benchmarks
 TASK_KEY, HISTORY_KEY = "mtguard/task", "mtguard/history"
 

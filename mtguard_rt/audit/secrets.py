@@ -94,6 +94,7 @@ _COMPILED = tuple(
 )
 WINDOW_AFTER = 4096  # chars after an anchor a match may reach (the longest format fits)
 MAX_ANCHORS = 20_000  # occurrences of one anchor examined per text
+URL_REACH = 200  # "user:password@" within this many chars of "://"
 MAX_SPLIT_CHECKS = 16  # candidate split tokens looked up in the original text
 
 
@@ -103,6 +104,7 @@ def _at_anchors(
     rx: re.Pattern[str],
     back: tuple[int, int],
     loose: bool = False,
+    needs: str = "",
 ) -> list[re.Match[str]]:
     """Matches of `rx` starting at (or `back` chars before) an occurrence of an anchor.
     `loose`: also as if a space preceded the anchor (a text whose spaces were squeezed out
@@ -113,6 +115,9 @@ def _at_anchors(
         at, seen = text.find(anchor), 0
         while at >= 0 and seen < MAX_ANCHORS:
             seen += 1
+            if needs and text.find(needs, at, at + URL_REACH) < 0:
+                at = text.find(anchor, at + 1)
+                continue
             for pos in range(max(0, at - back[1]), max(0, at - back[0]) + 1):
                 if pos < end:
                     continue
@@ -282,7 +287,7 @@ def _assignments(text: str) -> list[tuple[str, str]]:
 
 def _plain(text: str, encoding: str) -> list[Finding]:
     found = [Finding(kind, value, encoding) for kind, value in _formats(text)]
-    for m in _at_anchors(text, ("://",), _URL_CRED, (2, 16)):
+    for m in _at_anchors(text, ("://",), _URL_CRED, (2, 16), needs="@"):
         user, password = m.group(1), m.group(2)
         if password != user and looks_real(password):
             found.append(Finding("credential in a URL", password, encoding, user))
