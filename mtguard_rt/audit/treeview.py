@@ -19,7 +19,9 @@ from .text import names_path
 
 WRITE_FLAGS = frozenset({"write", "create", "truncate", "append"})
 MODIFYING_OPS = frozenset({"unlink", "rename", "mkdir", "rmdir", "chmod", "symlink", "link"})
-LINK_OPS = frozenset({"symlink", "link"})  # `target` is read, not written: not classified
+# a link's `target` is only named, not read or written: classified as a canary only (a new
+# name for a canary reaches it unseen by path), never as a sensitive or persistence path
+LINK_OPS = frozenset({"symlink", "link"})
 
 
 def label(p: ProcessNode) -> str:
@@ -97,7 +99,10 @@ class TreeView:
                     view.chmods.append((p, ev))
                 view._classify(p, ev, ev.path, policy, canaries)
                 if ev.op in LINK_OPS:
-                    view.links.append(LinkHit(p, ev, link_target(ev)))
+                    target = link_target(ev)
+                    view.links.append(LinkHit(p, ev, target))
+                    if target is not None and target in canaries:  # a new name for a canary
+                        view.hits.append(FileHit(p, ev, target, CANARY, target))
                 elif ev.target:
                     view._classify(p, ev, ev.target, policy, canaries)
             view.execs.extend((p, exe, argv) for exe, argv in _execs_of(p, view.by_key))
