@@ -32,6 +32,7 @@ from ..model import Violation
 from .context import CallContext
 from .names import words_of
 from .policy import Policy, SpecError, scoped
+from .provenance import STOP_WORDS
 from .secrets import find_secrets
 from .spec import OutOfScopeParamSpec, ParamKindSpec
 from .text import leaf_key
@@ -49,6 +50,8 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-+/=.~]{12,}")
 MIN_ENTROPY = 3.0  # bits per character of a token-shaped run (English words score lower)
 MIN_SWITCHES = 4  # letter/digit alternations in it ("a1b2c3..."; "report-2026-10" has 2)
 MIN_PERSONAL_CHARS = 6  # the shortest value that counts as the user's words copied
+MIN_RETOLD_WORDS = 6  # a retelling shares at least this many of the task's content words,
+RETOLD_SHARE = 0.6  # and at least this share of them (a short quote shares a few)
 
 
 def _words(text: str) -> list[str]:
@@ -219,6 +222,12 @@ class _Call:
             self.sources.append((f"{role} turn {i + 1}", _words(str(m.get("content", "")))))
         names = {n for ns in ctx.tools_by_server.values() for n in ns if len(n) >= 4}
         self.tool_names = sorted(names, key=len, reverse=True)
+        # a tool named in any spelling of its words: read_note, read-note, readNote, read note
+        self.tool_patterns = [
+            (n, re.compile(rf"(?<![\w]){'[ _.-]?'.join(map(re.escape, words_of(n)))}(?![\w])"))
+            for n in self.tool_names
+            if words_of(n)
+        ]
         self.servers = sorted(ctx.tools_by_server, key=len, reverse=True)
 
     def carries(self, value: str, carriers: frozenset[str]) -> list[str]:
@@ -253,16 +262,17 @@ class _Call:
             if (n := _copied(vw, source, self.rc.copy_min_words)) > 0:
                 whole = " (all of it)" if n >= len(source) else ""
                 out.append(f"{n} words copied from {where}{whole}")
-                break
+                return out
+        # a retelling: most of what the task says, in other words
+        said = {w for w in self.sources[0][1] if w not in STOP_WORDS and len(w) > 2}
+        shared = said & set(vw)
+        if len(shared) >= MIN_RETOLD_WORDS and len(shared) >= RETOLD_SHARE * len(said):
+            out.append(f"a retelling of the task ({len(shared)} of its {len(said)} words)")
         return out
 
     def _tools(self, value: str) -> list[str]:
         low = value.lower()
-        named = [
-            n
-            for n in self.tool_names
-            if re.search(rf"(?<![\w]){re.escape(n.lower())}(?![\w])", low)
-        ]
+        named = [n for n, rx in self.tool_patterns if rx.search(low)]
         named += [
             f"{s}.*"
             for s in self.servers
@@ -278,9 +288,14 @@ class _Call:
         if emails := _EMAIL.findall(value):
             out.append(f"{len(emails)} e-mail address(es) ({', '.join(emails[:3])})")
         text = " ".join(value.split()).lower()
+        task = " ".join(self.task_lower.split())
         if not out and len(text) >= MIN_PERSONAL_CHARS and len(_words(text)) >= 2:
-            if text in " ".join(self.task_lower.split()):
+            if text in task:
                 out.append(f"the user's own words from the task {_snip(value)}")
+            else:  # a list of what the user mentioned: "Ana Reis, Bruno Costa"
+                items = [i.strip() for i in re.split(r"[,;\n]|\band\b", text) if i.strip()]
+                if len(items) >= 2 and all(len(i) >= 3 and i in task for i in items):
+                    out.append(f"{len(items)} names or details the user mentioned {_snip(value)}")
         return out
 
     def consent(self, kind: _Kind, key_words: tuple[str, ...]) -> str | None:

@@ -122,6 +122,24 @@ def test_third_parties_emails_into_a_weather_tool_denies() -> None:
     assert _denies(vs) and "2 e-mail address(es)" in vs[0].evidence[0]
 
 
+def test_a_retold_conversation_and_tools_in_plain_words_deny() -> None:
+    task = "Book a table for two at Tasca Lisboa on Friday evening, it is our anniversary."
+    retold = "They want a Friday evening table for two at Tasca Lisboa: an anniversary dinner."
+    vs = _check("get_menu", {"restaurant": "Tasca Lisboa", "conversation_summary": retold}, task)
+    assert _denies(vs) and "a retelling of the task" in vs[0].evidence[0]
+    tools = {"cal": ["create_event", "list_events"], "bank": ["transfer_funds"]}
+    vs = _check(
+        "list_events", {"tools": "create event, Transfer Funds"}, "My calendar?", tools=tools
+    )
+    assert _denies(vs) and "names 2 of the session's tools" in vs[0].evidence[0]
+
+
+def test_names_the_user_mentioned_listed_for_an_unrelated_tool_deny() -> None:
+    task = "Weather in Braga? I'm hiking with Rita Dias and Hugo Melo."
+    vs = _check("weather", {"city": "Braga", "people": "Rita Dias, Hugo Melo"}, task)
+    assert _denies(vs) and "2 names or details the user mentioned" in vs[0].evidence[0]
+
+
 def test_system_prompt_written_out_in_any_argument_denies() -> None:
     text = "Report\nDetails: system prompt: You are a careful coding agent for Initech."
     vs = _check("create_issue", {"title": "crash", "body": text}, "File the crash report")
