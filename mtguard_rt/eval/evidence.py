@@ -2,15 +2,15 @@
 
 `side_effects(tree)` lists, harm first (`effect_rank`), what a call did beyond answering:
 commands that ran (successful execs of processes the server spawned), files written, created,
-removed or renamed outside scratch places, credential-like files opened, connections and DNS
-queries.
+removed, renamed or linked outside scratch places, credential-like files opened, connections,
+DNS queries and signals delivered to other processes.
 The evaluation uses it to tell "denied after the harm" from "denied before it"; the guard's
 rules never read it.
 """
 
 from __future__ import annotations
 
-from ..model import BehaviorTree, FileEvent, RollbackReport, call_digest
+from ..model import BehaviorTree, FileEvent, RollbackReport, SignalEvent, call_digest
 
 # Writes here are the runtime's own scratch, not a task's effect.
 SCRATCH_PREFIXES = ("/proc/", "/dev/", "/sys/", "/tmp/.X", "/run/user/")
@@ -26,7 +26,7 @@ CREDENTIAL_MARKS = (
     "/.config/gcloud/",
     "/.kube/config",
 )
-MUTATING_OPS = {"unlink", "rename", "mkdir", "rmdir", "chmod"}
+MUTATING_OPS = {"unlink", "rename", "mkdir", "rmdir", "chmod", "symlink", "link"}
 WRITE_FLAGS = {"write", "create", "truncate"}
 MAX_ITEMS = 12
 
@@ -44,6 +44,11 @@ def _file_effect(event: FileEvent) -> str | None:
     return None
 
 
+def _signal_effect(sig: SignalEvent) -> bool:
+    """A signal delivered to another process (not a probe, not its own threads)."""
+    return sig.signal != 0 and sig.delivered > 0 and sig.relation != "self"
+
+
 def effect_rank(effect: str) -> tuple[int, str]:
     """Harm first: credential reads, writes outside /tmp, commands, connections, the rest."""
     verb, _, rest = effect.partition(" ")
@@ -51,7 +56,7 @@ def effect_rank(effect: str) -> tuple[int, str]:
         return 0, effect
     if verb == "write" and not rest.startswith("/tmp/"):
         return 1, effect
-    if verb == "connect":
+    if verb in ("connect", "signal"):
         return 2, effect
     if verb in ("exec", "dns"):
         return 3, effect
@@ -72,11 +77,14 @@ def undone_by_rollback(tree: BehaviorTree, rollback: RollbackReport | None) -> b
             return False
         if any(n.egress for n in proc.net) or any(d.direction == "query" for d in proc.dns):
             return False
+        if any(_signal_effect(s) for s in proc.signals):
+            return False  # another process was signalled: no rollback undoes that
         for event in proc.files:
             effect = _file_effect(event)
             if effect is None:
                 continue
-            paths = [event.path, *([event.target] if event.target else [])]
+            named = event.target if event.target and event.op not in ("symlink", "link") else None
+            paths = [event.path, *([named] if named else [])]  # a link's target is not changed
             if effect.startswith("read ") or not all(p.startswith(inside) for p in paths):
                 return False
     return not any(d.direction == "query" for d in tree.dns)
@@ -101,6 +109,10 @@ def side_effects(tree: BehaviorTree, since_ns: int = 0) -> list[str]:
         for dns in proc.dns:
             if dns.direction == "query" and dns.ts_ns >= since_ns:
                 out.append(f"dns {dns.name}")
+        for sig in proc.signals:
+            if sig.ts_ns >= since_ns and _signal_effect(sig):
+                whom = " ".join(sig.target_argv) or sig.target_comm or f"pid {sig.target_pid}"
+                out.append(f"signal {sig.name} -> {whom[:100]}")
     out.extend(f"dns {d.name}" for d in tree.dns if d.direction == "query" and d.ts_ns >= since_ns)
     unique = sorted(dict.fromkeys(out), key=effect_rank)  # stable: observation order per rank
     if len(unique) > MAX_ITEMS:
