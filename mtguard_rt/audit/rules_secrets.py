@@ -11,6 +11,8 @@ the files the call read. Its pre-execution twin, `secret-flow`, is in `rules_flo
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from ..model import Violation, call_digest
@@ -26,6 +28,7 @@ from .text import names_path
 from .treeview import TreeView
 
 MAX_EVIDENCE = 10
+_ABS_PATH = re.compile(r"(?<![\w.~$])/[^\s'\"`,;:()<>]+")
 MAX_SOURCES = 3  # files named as where a secret may have come from
 # Reads that are the program itself or the system's plumbing, not data it could hand over.
 _SYSTEM = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/proc/", "/sys/", "/dev/")
@@ -33,7 +36,7 @@ _PLUMBING = frozenset(
     "/etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts /etc/host.conf /etc/resolv.conf "
     "/etc/gai.conf /etc/localtime /etc/mime.types /etc/os-release /etc/ld.so.cache".split()
 )
-_CODE = (".so", ".py", ".pyc", ".js", ".mjs", ".cjs", ".node", ".wasm", ".pth", ".mo")
+_CODE = (".so", ".pyc", ".node", ".wasm", ".pth", ".mo")  # compiled: not what a call hands over
 _LIBRARY = ("/node_modules/", "/site-packages/", "/dist-packages/", "/__pycache__/", "/.cache/")
 _CERTS = ("/etc/ssl/", "/etc/ca-certificates", "/etc/fonts/", "/etc/locale")
 
@@ -66,6 +69,20 @@ def data_reads(view: TreeView) -> list[str]:
     return sorted((p for p in found if p not in dirs), key=lambda p: -found[p])
 
 
+def _named_dirs(task: str) -> list[str]:
+    """Absolute directories the task spells out (two levels deep at least: not / or /tmp)."""
+    out = []
+    for m in _ABS_PATH.finditer(task):
+        path = os.path.normpath(m.group(0).rstrip(".,"))
+        if path.count("/") >= 2:
+            out.append(path)
+    return out
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    return any(path.startswith(d + "/") for d in dirs)
+
+
 def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
     """Why the secrets of this call's result are not explained, or None when they are."""
     task = ctx.task_text
@@ -76,8 +93,8 @@ def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
         if secret_tool(ctx.call.tool):
             return None  # the tool's job, and no task to say otherwise
         return "no task asks for it and the tool's job is not to return one"
-    if any(names_path([task], path) for path in read):
-        return None  # the user pointed at the file it is in
+    if any(names_path([task], path) or _under(path, _named_dirs(task)) for path in read):
+        return None  # the user pointed at the file it is in, or at its directory
     if digest in ctx.untrusted.clean:
         return "the same call (tool and arguments) returned no secret earlier in this session"
     if asks_for_credentials(task):

@@ -171,6 +171,7 @@ _PLACEHOLDER = re.compile(
 )
 _CODE_REF = re.compile(r"(?i)^(?:process\.env|os\.environ|env\.|getenv|self\.|this\.|config\.)|\(")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}")
 _WS = re.compile(r"\s+")
 _WS_DASH = re.compile(r"[\s-]+")
 # a value a secret-returning tool hands back: a token of mixed characters
@@ -329,7 +330,7 @@ def _grouped(spelling: str, separators: re.Pattern[str]) -> bool:
     return len(groups) >= 4 and len({len(g) for g in inner}) == 1 and 2 <= len(inner[0]) <= 12
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=16)
 def find_secrets(text: str) -> tuple[Finding, ...]:
     """Every secret in `text` (plain, in base64/hex payloads, split into groups); cached per
     text, since a result is read by the post rule and the session ledger alike."""
@@ -396,6 +397,8 @@ def tool_values(text: str) -> tuple[Finding, ...]:
     for m in _VALUE_TOKEN.finditer(text[:MAX_DECODE_CHARS]):
         value = m.group(0)
         has_digit = any(c.isdigit() for c in value)
+        if _DATE.search(value) or len(set(value)) < 10:
+            continue  # a timestamp, a version, a short id
         if has_digit and any(c.isalpha() for c in value) and looks_real(value):
             out.append(Finding("value of a secret-returning tool", value))
             if len(out) >= MAX_FINDINGS:

@@ -87,6 +87,16 @@ def test_the_task_naming_the_file_read_explains_it() -> None:
     assert post("read_file", {"path": CONFIG}, TOKEN, "Summarise handover.md", (CONFIG,))
 
 
+def test_the_task_naming_the_files_directory_explains_it() -> None:
+    code = "/home/u/shop/tests/test_discount.py"
+    fixture = 'client.connect(user="ana", password="Tr0ub4dor&3-Vq9Lx")'
+    task = "The discount test in my shop project at /home/u/shop fails: find the bug"
+    assert post("read_file", {"path": code}, fixture, task, (code,)) == []
+    # a file beside it, outside the directory the task names, is not explained
+    other = "Find the bug in the project at /home/u/shop"
+    assert post("read_file", {"path": code}, fixture, other, ("/home/u/srv/db.conf",))
+
+
 def test_a_value_the_arguments_or_the_task_carry_is_the_agents() -> None:
     assert post("echo", {"message": TOKEN}, f"echo: {TOKEN}", "Echo my text") == []
     assert post("lookup", {"q": "x"}, f"found {TOKEN}", f"Is {TOKEN} still valid?") == []

@@ -179,6 +179,8 @@ def test_secret_tools_and_their_values() -> None:
     ]
     names = '["prod_db", "staging_api_key", "3f2504e0-4f89-11d3-9a0c-0305e82c3301"]'
     assert tool_values(names) == ()
+    listing = '{"name": "prod_db", "created": "2026-12-01T10:00:00Z", "version": "v12"}'
+    assert tool_values(listing) == ()
 
 
 def test_result_secrets_and_sightings() -> None:
