@@ -154,13 +154,14 @@ class _Checker:
         if _listing(ev, res.path):
             return None
         via = ", ".join(res.links) or "?"
-        for a in self.args:
-            for t in self.scope.targets(a.text, self.cwds):
-                if _reaches(t, path):
-                    return (
-                        f"argument {a.key}={a.text!r} is {t}; through the link {via} the "
-                        f"effect lands on {res.path}: {what}"
-                    )
+        # the argument's own path goes through the link (`shared/x`, `assets/logo.svg`); a
+        # link merely below a directory it names (node_modules/x in the workspace) does not
+        for a, t, _ in self.arg_links():
+            if _reaches(t, path):
+                return (
+                    f"argument {a.key}={a.text!r} is {t}; through the link {via} the "
+                    f"effect lands on {res.path}: {what}"
+                )
         fresh = [
             link
             for link, ctime in res.links.items()

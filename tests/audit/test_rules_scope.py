@@ -182,6 +182,12 @@ def test_what_the_server_does_on_its_own_outside_is_not_an_escape(root: Path) ->
     later = os.lstat(ws / "node_modules" / "left-pad").st_ctime_ns + 10**9
     mod = [opened(f"{ws}/node_modules/left-pad/index.js"), opened(f"{store}/index.js")]
     assert call(root, {"command": "node app.js"}, mod, task="Run app.js.", since_ns=later) == []
+    # ... also when the call names the workspace the link lies in: the link is not its path
+    args = {"path": str(ws), "script": "test"}
+    assert call(root, args, mod, task="Run the tests.", since_ns=later) == []
+    assert call(root, {"path": "."}, mod, task="Run the tests.", since_ns=later) == []
+    # naming the linked module itself is going through the link
+    assert call(root, {"path": "node_modules/left-pad/index.js"}, mod, since_ns=later)
     # python following its venv's links (bin/python -> /usr/bin/python3, lib64 -> lib)
     (ws / ".venv" / "bin").mkdir(parents=True)
     (ws / ".venv" / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
