@@ -665,9 +665,24 @@ static __always_inline long io_chunk(struct event *e, const char *src, u64 n)
         n = 0;
     }
     e->len1 = n;
-    if (events.ringbuf_output(e, HDR_SIZE + n, BPF_RB_FORCE_WAKEUP) != 0)
+    if (events.ringbuf_output(e, HDR_SIZE + n, BPF_RB_FORCE_WAKEUP) != 0) {
         count_drop(EV_STDIO);
+        return -1; /* not seen in user space: nothing after it is, and no gate stop */
+    }
     return err;
+}
+
+/* Gate (online enforce, MT_CG_GATE): a read of the MCP stdin whose every byte reached the
+ * ring buffer stops the reader (SIGSTOP to its thread group, on its way back to user
+ * space) until user space has checked what it read (a swapped, routed or replayed
+ * tools/call is killed, anything else continued: monitor/window.py). A read not wholly
+ * captured never stops. */
+static __always_inline void io_gate(void)
+{
+    u64 cg = bpf_get_current_cgroup_id();
+    u8 *mode = cgroups.lookup(&cg);
+    if (mode && (*mode & MT_CG_GATE))
+        bpf_send_signal(19); /* SIGSTOP */
 }
 
 static __always_inline int io_exit(long ret)
@@ -694,6 +709,7 @@ static __always_inline int io_exit(long ret)
     if (ret > MT_IO_CAP)
         e->flags |= EVF_TRUNC1;
     if (!p.vec) {
+        u32 whole = 1;
         for (u32 i = 0; i < MT_IO_CAP / MT_IO_CHUNK; i++) {
             u64 cap = e->a2 > MT_IO_CAP ? MT_IO_CAP : e->a2;
             u64 off = (u64)i * MT_IO_CHUNK;
@@ -701,9 +717,13 @@ static __always_inline int io_exit(long ret)
                 break;
             u64 n = cap - off > MT_IO_CHUNK ? MT_IO_CHUNK : cap - off;
             e->a1 = off;
-            if (io_chunk(e, (const char *)p.buf + off, n) < 0)
+            if (io_chunk(e, (const char *)p.buf + off, n) < 0) {
+                whole = 0;
                 break;
+            }
         }
+        if (whole && p.stream == MT_WIRE_STDIN)
+            io_gate();
         return 0;
     }
     /* readv/writev: one record per iovec, whose first MT_IO_CHUNK bytes only are captured

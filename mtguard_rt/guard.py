@@ -174,6 +174,9 @@ class Guard:
                 acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN | ACT_KILL_MODIFY
             for path in policy.spec.lists.forbidden_executables:
                 acts[path] = acts.get(path, 0) | ACT_KILL_EXEC
+        # and the MCP stdin is gated: each read stops the server until the online integrity
+        # rules have checked it (a swapped or replayed call dies before it is acted on)
+        watch.gate_stdin = kill
         refused = watch.protect(acts)
         if refused:
             raise GuardError(f"cannot protect {refused}: not absolute or too long")

@@ -80,6 +80,7 @@ O_CREAT_WRONLY_TRUNC = 0o1101
 CG_WATCHED = 1  # `cgroups` map value bits: the cgroup is traced ...
 CG_EAGER = 2  # ... and writing or MT_ACT_WAKE opens wake the reader at once (online rules)
 CG_PROTECTED = 4  # ... and has paths in `protected` (kill on touch is looked up)
+CG_GATE = 8  # ... and a wholly captured read of its MCP stdin stops the reader (window.py)
 ACT_WAKE = 1  # `protected` map values: an open of this exact path wakes the reader at once
 ACT_KILL_OPEN = 2  # ... an open of it is answered with SIGKILL in the kernel
 ACT_KILL_EXEC = 4  # ... an exec of it is answered with SIGKILL in the kernel
@@ -155,6 +156,7 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         O_CREAT_WRONLY_TRUNC=O_CREAT_WRONLY_TRUNC,
         CG_EAGER=CG_EAGER,
         CG_PROTECTED=CG_PROTECTED,
+        CG_GATE=CG_GATE,
         ACT_WAKE=ACT_WAKE,
         ACT_KILL_OPEN=ACT_KILL_OPEN,
         ACT_KILL_EXEC=ACT_KILL_EXEC,

@@ -22,6 +22,7 @@ from ..errors import BpfLoadError
 from .decode import EventDecoder
 from .kinds import (
     CG_EAGER,
+    CG_GATE,
     CG_PROTECTED,
     CG_WATCHED,
     EV_MAX,
@@ -101,6 +102,16 @@ class BpfProgram:
     def add_cgroup(self, cgroup_id: int, eager: bool = False) -> None:
         mode = CG_WATCHED | (CG_EAGER if eager else 0)
         self._cgroups[self._cgroups.Key(cgroup_id)] = self._cgroups.Leaf(mode)
+
+    def gate(self, cgroup_id: int, on: bool) -> None:
+        """Set or clear CG_GATE on a watched cgroup: while set, a wholly captured read of its
+        MCP stdin SIGSTOPs the reader until user space continues it (`Window`)."""
+        cg = self._cgroups.Key(cgroup_id)
+        try:
+            mode = int(self._cgroups[cg].value)
+        except KeyError:
+            return  # not watched (any more): nothing reads under a gate
+        self._cgroups[cg] = self._cgroups.Leaf((mode | CG_GATE) if on else (mode & ~CG_GATE))
 
     def protect(self, cgroup_id: int, paths: dict[str, int]) -> list[str]:
         """Push exact absolute paths -> ACT_* bits for one cgroup (`protected` map). Returns

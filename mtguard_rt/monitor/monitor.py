@@ -11,6 +11,7 @@ left running (with `workers`), for the next window's tree.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -52,6 +53,10 @@ class Watch:
         self.cgroup_path = cgroup_path
         self.eager = eager
         self.network_policy: list[str] = []  # names allowed in the kernel (egress.py): trees
+        # online enforce with kernel kills (guard.py): each window gates the MCP stdin, so a
+        # swapped or replayed call is killed before the server acts on it (window.py)
+        self.gate_stdin = False
+        self._readers: set[int] = set()  # who read the stdin under a gate: continued at ends
 
     def protect(self, paths: dict[str, int]) -> list[str]:
         """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
@@ -96,6 +101,12 @@ class Watch:
         )
         # subscribe first (records queued from before the window are dropped by timestamp) ...
         mon._windows[self.cgroup_id] = win
+        gate = getattr(mon.program, "gate", None)
+        if self.gate_stdin and on_event is not None and gate is not None:
+            win.gated = True
+            gate(self.cgroup_id, True)
+            for pid in sorted(self._readers):  # one stopped as the last window closed
+                win.signal(pid, signal.SIGCONT)
         # what the server read and its workers did while no window was open (since the last)
         between = mon._tails.pop(self.cgroup_id, None)
         if between is not None:
@@ -116,6 +127,12 @@ class Watch:
                 win._finish(settled=settled, aborted=False)
         finally:
             mon._windows.pop(self.cgroup_id, None)
+            if win.gated and gate is not None:  # every reader stopped under it goes on
+                gate(self.cgroup_id, False)
+                self._readers |= win.readers
+                for pid in sorted(self._readers):
+                    if pid not in win.killed:
+                        win.signal(pid, signal.SIGCONT)
             if win._tree is not None and self.network_policy:
                 win._tree.network_policy = list(self.network_policy)
             tree = win._tree

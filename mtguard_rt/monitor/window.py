@@ -31,7 +31,7 @@ from ..model import (
 )
 from .builder import TreeBuilder
 from .decode import RawEvent, Recording
-from .kinds import KILLED_OPS, Kind
+from .kinds import IO_CAP, KILLED_OPS, WIRE_STDIN, Kind
 from .paths import text
 from .procfs import SeedProcess, read_process, snapshot
 
@@ -91,6 +91,10 @@ class Window:
         self.terminated_by: str | None = None  # set by `terminate()`
         self.killed: list[int] = []
         self.kernel_kills: list[str] = []  # evidence of kill-on-touch (EV_KILLED) records
+        # the kernel stops each reader of the MCP stdin (CG_GATE, `Watch.window(gate=True)`)
+        # until this window has checked what it read: the readers, to continue them
+        self.gated = False
+        self.readers: set[int] = set()
 
     @property
     def events_seen(self) -> int:
@@ -140,8 +144,40 @@ class Window:
                 self._hook(ev)
             elif self.on_event is not None and ev.kind == K_STDIO:
                 self._hook_requests(asked)
+        if self.gated and ev.kind == K_STDIO and ev.a0 == WIRE_STDIN:
+            self._release(ev)
         if self.response_ns is not None:  # only the settle loop waits on it
             self._changed.set()
+
+    def _release(self, ev: RawEvent) -> None:
+        """A stdin record under the gate: once its read's last record is in (and checked
+        above), continue the reader the kernel stopped, unless the check killed it."""
+        self.readers.add(ev.pid)
+        if ev.a1 + len(ev.s1) < min(ev.a2, IO_CAP):
+            return  # more of this read follows (the kernel stops only after the last)
+        if ev.pid in self.killed:
+            return
+        self.signal(ev.pid, signal.SIGCONT)
+
+    def signal(self, pid: int, sig: int) -> bool:
+        """Send `sig` to `pid` if it is (still) one of this sandbox's processes (pidfd: no
+        pid reuse race)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return False  # already gone
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as f:
+                line = next((x for x in f.read().splitlines() if x.startswith(b"0::")), b"")
+            rel = line[3:].decode(errors="replace").rstrip("/")
+            if not rel or not self.cgroup_path.rstrip("/").endswith(rel):
+                return False  # not (or no longer) this sandbox's process
+            signal.pidfd_send_signal(fd, sig)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
 
     def _hook(self, ev: RawEvent) -> None:
         if ev.kind == Kind.EXEC_RESULT and ev.ret != 0:
@@ -197,21 +233,8 @@ class Window:
         return [pid for pid in targets if self._kill(pid, rule)]
 
     def _kill(self, pid: int, rule: str) -> bool:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            return False  # already gone
-        try:
-            with open(f"/proc/{pid}/cgroup", "rb") as f:
-                line = next((x for x in f.read().splitlines() if x.startswith(b"0::")), b"")
-            rel = line[3:].decode(errors="replace").rstrip("/")
-            if not rel or not self.cgroup_path.rstrip("/").endswith(rel):
-                return False  # not (or no longer) this sandbox's process
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-        except OSError:
+        if not self.signal(pid, signal.SIGKILL):
             return False
-        finally:
-            os.close(fd)
         proc = self._builder._procs.get(pid)
         if proc is not None and proc.node.killed_by is None:
             proc.node.killed_by = rule
