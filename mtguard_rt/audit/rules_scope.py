@@ -28,7 +28,6 @@ from .treeview import TreeView, describe, label
 
 RULE = "scope-escape"
 EFFECT_OPS = frozenset({"open", "unlink", "rename", "mkdir", "rmdir", "chmod"})
-LINK_OPS = frozenset({"symlink", "link"})  # the kernel's link events (model.FileEvent)
 MIN_PREFIX_DEPTH = 2  # an argument naming /x matches only /x itself, not all below it
 # inode times come from the kernel's coarse clock (one tick behind the fine one at most):
 # a link made just after the window opened may carry a ctime this much before its start
@@ -68,12 +67,13 @@ def _effects(tree: BehaviorTree) -> Iterator[tuple[ProcessNode, FileEvent, str]]
                     yield p, ev, path
 
 
-def _made_links(tree: BehaviorTree) -> set[str]:
-    """Links the kernel saw this call make (absolute link paths)."""
+def _made_links(view: TreeView, bases: tuple[str, ...]) -> set[str]:
+    """Symlinks the kernel saw this call make in a base (absolute link paths)."""
     out: set[str] = set()
-    for p in tree.processes:
-        for ev in p.files:
-            if str(ev.op) in LINK_OPS and took_effect(ev) and (a := _abs(p, ev, ev.path)):
+    for hit in view.links:
+        ev = hit.event
+        if ev.op == "symlink" and took_effect(ev) and (a := _abs(hit.proc, ev, ev.path)):
+            if any(under(a, b) for b in bases):
                 out.add(a)
     return out
 
@@ -81,9 +81,9 @@ def _made_links(tree: BehaviorTree) -> set[str]:
 class _Checker:
     """One call's scope, argument paths and resolver, shared by all its events."""
 
-    def __init__(self, ctx: CallContext, server: ServerScope, tree: BehaviorTree) -> None:
+    def __init__(self, ctx: CallContext, server: ServerScope, view: TreeView) -> None:
         self.ctx = ctx
-        self.tree = tree
+        tree = self.tree = view.tree
         self.cwds = sorted({p.cwd for p in tree.processes if p.cwd and p.cwd.startswith("/")})
         self.scope = CallScope(server=server)
         self.args = arg_paths(ctx.arg_items)
@@ -95,7 +95,8 @@ class _Checker:
             if a.text.startswith("/") and not a.climbs:
                 self.scope.named.append(posixpath.normpath(a.text))
         self.resolver = LinkResolver(server.bases)
-        self.made = _made_links(tree)
+        self.made = _made_links(view, server.bases)
+        self.earlier = set(server.made)  # made by this server in an earlier call
         wall = tree.wall_offset_ns
         self.since = (
             tree.window_start_ns + wall - CTIME_SLACK_NS if wall and tree.window_start_ns else None
@@ -169,6 +170,11 @@ class _Checker:
         ]
         if fresh:
             return f"a link made during the call ({', '.join(fresh)}) leads to {res.path}: {what}"
+        if earlier := [link for link in res.links if link in self.earlier]:
+            return (
+                f"a link this server made in an earlier call ({', '.join(earlier)}) leads to "
+                f"{res.path}: {what}"
+            )
         return None
 
 
@@ -179,7 +185,8 @@ def scope_escape(
     server = ctx.scope
     if not isinstance(server, ServerScope) or not server.bases:
         return []
-    checker = _Checker(ctx, server, view.tree)
+    checker = _Checker(ctx, server, view)
+    server.made |= checker.made
     lines: list[str] = []
     seen: set[tuple[str, str]] = set()
     for p, ev, path in _effects(view.tree):

@@ -53,12 +53,15 @@ def _roots_of(command: Iterable[str]) -> list[str]:
     return found
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class ServerScope:
-    """What a server was given: `workspace` (None: its home, not a grant) and `roots`."""
+    """What a server was given: `workspace` (None: its home, not a grant) and `roots`;
+    `made`: the symlinks the kernel saw this server make in a base during its session (a
+    link planted in one call and read through in a later one is still its own link)."""
 
     workspace: str | None = None
     roots: tuple[str, ...] = ()
+    made: set[str] = field(default_factory=set)
 
     @classmethod
     def create(cls, workspace: str | None, command: Iterable[str] = ()) -> ServerScope:

@@ -47,11 +47,12 @@ def call(
     task: str = "Show me README.md of the project.",
     command: list[str] | None = None,
     since_ns: int | None = None,
+    scope: ServerScope | None = None,
 ) -> list[Violation]:
     """One call of a server whose workspace is root/ws: its usual noise plus `paths`."""
     ws = str(root / "ws")
     ctx: CallContext = ctx_for("read_file", args, task=task)
-    ctx.scope = ServerScope.create(ws, command or ["python3", "server.py"])
+    ctx.scope = scope or ServerScope.create(ws, command or ["python3", "server.py"])
     tree: BehaviorTree = server_tree(ctx.call)
     tree.processes[0].cwd = ws
     tree.processes[0].files.extend(paths)
@@ -160,6 +161,11 @@ def test_a_link_made_during_the_call_and_read_through_is_an_escape(root: Path) -
     # ... unless the kernel saw this call make it
     made = FileEvent(ts_ns=7500, op="symlink", path=f"{ws}/.cache-link", target="../private")
     assert call(root, {"path": "docs"}, [made, read], task="List docs/.", since_ns=later)
+    # ... or saw this server make it in an earlier call of its session (a rug pull's plant)
+    scope = ServerScope.create(str(ws))
+    assert call(root, {"path": "."}, [made], task="List the root.", scope=scope) == []
+    [v] = call(root, {"path": "docs"}, [read], task="List docs/.", since_ns=later, scope=scope)
+    assert f"a link this server made in an earlier call ({ws}/.cache-link)" in v.evidence[1]
 
 
 def test_what_the_server_does_on_its_own_outside_is_not_an_escape(root: Path) -> None:
