@@ -29,6 +29,7 @@ from .treeview import TreeView, describe, label
 RULE = "scope-escape"
 EFFECT_OPS = frozenset({"open", "unlink", "rename", "mkdir", "rmdir", "chmod"})
 MIN_PREFIX_DEPTH = 2  # an argument naming /x matches only /x itself, not all below it
+MIN_SUFFIX_DEPTH = 2  # components an unknown-base match must share (`srv/x.json`)
 # inode times come from the kernel's coarse clock (one tick behind the fine one at most):
 # a link made just after the window opened may carry a ctime this much before its start
 CTIME_SLACK_NS = 20_000_000
@@ -125,10 +126,18 @@ class _Checker:
             for t in self.scope.targets(a.text, self.cwds):
                 if _reaches(t, path):
                     return a, t
+            # resolved against a base we do not know (the server's own data directory): the
+            # climbed-to part, at least a directory and a name (`srv/x.json`, not `x.json`:
+            # a bare name would match the server's own package.json anywhere)
             rest = posixpath.normpath(a.text)
             while rest.startswith("../"):
                 rest = rest[3:]
-            if rest not in ("", "..") and not a.text.startswith("/") and path.endswith("/" + rest):
+            if (
+                not a.text.startswith("/")
+                and _depth(rest) >= MIN_SUFFIX_DEPTH
+                and not rest.startswith("..")
+                and path.endswith("/" + rest)
+            ):
                 return a, path
         return None
 

@@ -77,6 +77,14 @@ def test_a_traversal_hidden_after_a_subdirectory_and_an_absolute_one(root: Path)
     assert call(root, {"path": absolute}, [opened(target)])
 
 
+def test_a_climb_against_a_base_not_known_matches_a_directory_and_a_name(root: Path) -> None:
+    # the server joined the argument to a data directory of its own, not the workspace
+    assert call(root, {"path": "../srv/service.json"}, [opened("/data/srv/service.json")])
+    # a bare name is not enough: that would be the server's own package.json anywhere
+    own = opened("/usr/lib/node_modules/server/package.json")
+    assert call(root, {"path": "../package.json"}, [own]) == []
+
+
 def test_writes_renames_and_unlinks_out_of_the_workspace_count(root: Path) -> None:
     out = str(root / "status.txt")
     assert call(root, {"path": "../status.txt"}, [opened(out, "write", "create")])
