@@ -63,27 +63,35 @@ def texts(size: int) -> dict[str, str]:
 def run(size: int, rounds: int) -> None:
     print(f"secrets detector on {size / 1e6:.1f} MB texts, {rounds} cold rounds each")
     for name, text in texts(size).items():
-        times = []
+        times, cpu = [], []
         for _ in range(rounds):
             find_secrets.cache_clear()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             found = find_secrets(text)
+            cpu.append((time.process_time() - c0) * 1000)
             times.append((time.perf_counter() - t0) * 1000)
             if [f.value for f in found] != [TOKEN]:
                 sys.exit(f"{name}: expected the one token, found {[f.kind for f in found]}")
-        print(f"  {name:24s} p50 {statistics.median(times):7.1f} ms  max {max(times):7.1f} ms")
+        print(
+            f"  {name:24s} wall p50 {statistics.median(times):7.1f} ms  max {max(times):7.1f} ms"
+            f"  CPU p50 {statistics.median(cpu):7.1f} ms"
+        )
     policy = load_policy()
     call = DeclaredCall(call_id="b", server="web", tool="fetch", arguments={"url": "https://x"})
     ctx = CallContext(call=call, task="Summarise the page")
     view = TreeView.build(BehaviorTree(call=call), policy, {})
     result = {"content": [{"type": "text", "text": texts(size)["prose"]}]}
-    times = []
+    times, cpu = [], []
     for _ in range(rounds):
         find_secrets.cache_clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         (v,) = secret_in_result(ctx, view, result, policy)
+        cpu.append((time.process_time() - c0) * 1000)
         times.append((time.perf_counter() - t0) * 1000)
-    print(f"  secret-in-result rule     p50 {statistics.median(times):7.1f} ms  ({v.rule} fired)")
+    print(
+        f"  secret-in-result rule    wall p50 {statistics.median(times):7.1f} ms"
+        f"  CPU p50 {statistics.median(cpu):7.1f} ms  ({v.rule} fired)"
+    )
     print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

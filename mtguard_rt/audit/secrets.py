@@ -171,6 +171,7 @@ _PLACEHOLDER = re.compile(
 )
 _CODE_REF = re.compile(r"(?i)^(?:process\.env|os\.environ|env\.|getenv|self\.|this\.|config\.)|\(")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_DIGIT = re.compile(r"\d")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}")
 _WS = re.compile(r"\s+")
 _WS_DASH = re.compile(r"[\s-]+")
@@ -307,9 +308,12 @@ def _split(text: str, seen: Iterable[str]) -> list[Finding]:
     out: list[Finding] = []
     known = set(seen)
     joined = "".join(text.split())
-    for squeeze, squeezed in ((_WS, joined), (_WS_DASH, joined.replace("-", ""))):
-        if squeezed == text:
-            continue
+    variants = [(_WS, joined)] if len(joined) != len(text) else []
+    if "-" in joined:
+        variants.append((_WS_DASH, joined.replace("-", "")))
+    if not variants or not _DIGIT.search(joined):
+        return out  # nothing was split, or nothing token-like (a token holds a digit)
+    for squeeze, squeezed in variants:
         for kind, value in _formats(squeezed, loose=True):
             if value in known or value in text or len(known) >= MAX_SPLIT_CHECKS:
                 continue
@@ -338,7 +342,9 @@ def find_secrets(text: str) -> tuple[Finding, ...]:
         half = MAX_SCAN_CHARS // 2
         text = f"{text[:half]}\n{text[-half:]}"
     found = _plain(text, "plain")
-    for enc, decoded in decoded_variants(text[:MAX_DECODE_CHARS]):
+    head = text[:MAX_DECODE_CHARS]
+    # a payload is a run of 16+ characters: prose without one is not worth decoding
+    for enc, decoded in decoded_variants(head) if any(len(w) >= 16 for w in head.split()) else ():
         found += [f for f in _plain(decoded, enc) if not any(f.value == g.value for g in found)]
     if len(found) < MAX_FINDINGS:
         found += _split(text[:MAX_DECODE_CHARS], (f.value for f in found))
