@@ -92,9 +92,9 @@ class _Checker:
         self.task = [task] if task else []
         for text in task_paths(task):
             self.scope.named.extend(self.scope.targets(text, self.cwds))
-        for a in self.args:  # an absolute path spelled out is named, not reached
-            if a.text.startswith("/") and not a.climbs:
-                self.scope.named.append(posixpath.normpath(a.text))
+        # An absolute path an argument spells out is not reached by climbing or a link, so
+        # it never fires; it does not widen the scope either (`{"path": "../x", "root": "/"}`
+        # would otherwise excuse the climb: the arguments are what an attacker steers).
         self.resolver = LinkResolver(server.bases)
         self.made = _made_links(view, server.bases)
         self.earlier = set(server.made)  # made by this server in an earlier call

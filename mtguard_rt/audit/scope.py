@@ -2,10 +2,10 @@
 
 `ServerScope` is per server: its workspace (the sandbox's read-write mount, also the server's
 working directory) and the roots it was started with (directories its command line names).
-`CallScope` adds what one call names: the paths the task names and the absolute paths its
-arguments spell out without `..`; and it reads each argument as a path, to tell where it
-leads. Links in the workspace are resolved on the host side of the mount (same path inside
-and out): `lstat`/`readlink` only, bounded, never followed once they leave a root.
+`CallScope` adds the paths the call's task names; each argument is read as a path
+(`arg_paths`) to tell where it leads. Links in the workspace are resolved on the host side
+of the mount (same path inside and out): `lstat`/`readlink` only, bounded, never followed
+once they leave a root.
 """
 
 from __future__ import annotations
@@ -114,11 +114,11 @@ def task_paths(text: str) -> list[str]:
 
 @dataclass
 class CallScope:
-    """A server's scope plus the paths one call names (lexically: a named link is in scope,
-    where it leads is not unless that is named too)."""
+    """A server's scope plus the paths the call's task names (lexically: a named link is in
+    scope, where it leads is not unless that is named too)."""
 
     server: ServerScope
-    named: list[str] = field(default_factory=list)  # absolute, normal
+    named: list[str] = field(default_factory=list)  # absolute, normal: what the task names
     home: str | None = None  # ~ in the task, when known
 
     def targets(self, text: str, cwds: Iterable[str] = ()) -> list[str]:
@@ -138,7 +138,7 @@ class CallScope:
         ws = self.server.workspace or "none"
         roots = ", ".join(self.server.roots) or "none"
         named = ", ".join(self.named[:5]) or "none"
-        return f"workspace {ws}; roots {roots}; named by the task or arguments: {named}"
+        return f"workspace {ws}; roots {roots}; named by the task: {named}"
 
 
 @dataclass(slots=True)

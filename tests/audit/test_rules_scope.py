@@ -127,6 +127,10 @@ def test_several_allowed_directories_on_the_command_line_are_roots(root: Path) -
 def test_an_absolute_path_outside_spelled_out_is_named_not_reached(root: Path) -> None:
     # sensitive-file-arg and the secret rules judge /etc/passwd; it is no traversal
     assert call(root, {"path": "/etc/os-release"}, [opened("/etc/os-release")]) == []
+    # but an argument naming a directory above does not excuse another one's climb
+    target = opened(str(root / "srv" / "service.json"))
+    assert call(root, {"path": "../srv/service.json", "root": str(root)}, [target])
+    assert call(root, {"path": "../srv/service.json", "sep": "/"}, [target])
 
 
 def test_a_link_in_the_workspace_to_inside_it_is_fine(root: Path) -> None:
