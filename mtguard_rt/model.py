@@ -140,6 +140,7 @@ class SignalEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     target_argv: list[str] = msgspec.field(default_factory=list)  # when the target is in the tree
     relation: SignalRelation = "unknown"
     started_in_call: bool = False
+    target_started_by: str | None = None  # the earlier call that spawned the target (a worker)
     delivered: int = 0
     more_targets: list[str] = msgspec.field(default_factory=list)  # keys/host pids beyond the first
     result: int = 0  # the syscall's return: 0, or -errno
@@ -155,6 +156,8 @@ class SignalEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
         if who:
             text += f" ({who[:120]})"
         text += f", {self.relation}"
+        if self.target_started_by:
+            text += f", a worker of call {self.target_started_by}"
         if self.delivered > 1:
             text += f", {self.delivered} tasks"
         if self.result < 0:
@@ -182,6 +185,9 @@ class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
     learned: Literal["observed", "seeded"] = "observed"
     still_running: bool = False
     killed_by: str | None = None  # the online rule on whose deny mtguard SIGKILLed it
+    # seeded: the earlier call (its id) of this watch that spawned it (a worker that call left
+    # running, or a process one of them forked between calls); None: not made by a call
+    started_by: str | None = None
     execs: list[ExecEvent] = msgspec.field(default_factory=list)
     files: list[FileEvent] = msgspec.field(default_factory=list)
     net: list[NetEvent] = msgspec.field(default_factory=list)

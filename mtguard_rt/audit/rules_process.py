@@ -10,8 +10,12 @@ worker pools their workers).
 
 Explained, so allowed: the task (the user's words) asks to stop, kill, restart, reload,
 signal... (`control_verbs`, not negated), or so do the call's arguments (a shell command
-`kill 1234`, `systemctl restart x`), or the tool's name says process control and an argument
-names the target: its pid (as the sandbox sees it, or the host's) or its program.
+`kill 1234`, `systemctl restart x`), or the tool's name says process control (those verbs
+and `tool_verbs`: browser_close, end_session) and either an argument names the target (its
+pid, as the sandbox sees it or the host's, or its program) or the target is a worker an
+earlier call of this session started (`ProcessNode.started_by`: the browser a navigation
+launched, ended by the close tool). A process that was running before any call (a service
+the server started with itself) stays the user's to stop.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ class _Vocab:
 @lru_cache(maxsize=8)
 def _vocab(verbs: tuple[str, ...], negations: tuple[str, ...]) -> _Vocab:
     return _Vocab(frozenset(v.lower() for v in verbs), frozenset(n.lower() for n in negations))
+
+
+def vocabs(policy: Policy) -> tuple[_Vocab, _Vocab]:
+    """(for the task and arguments, for tool names) from the rule's policy lists."""
+    spec = policy.spec.rules.process_control
+    words, neg = tuple(spec.control_verbs), tuple(spec.negations)
+    return _vocab(words, neg), _vocab(words + tuple(spec.tool_verbs), neg)
 
 
 def _forms(word: str) -> list[str]:
@@ -120,18 +131,19 @@ def process_control(
     hits = [h for h in view.signals if _relevant(h)]
     if not hits:
         return []
-    spec = policy.spec.rules.process_control
-    vocab = _vocab(tuple(spec.control_verbs), tuple(spec.negations))
+    vocab, tool_vocab = vocabs(policy)
     task = ctx.task_text or ""
     if control_verbs(task, vocab):
         return []  # the user asked to stop, restart, signal... something
     args_ask = next((t for t in ctx.arg_texts if control_verbs(t, vocab)), None)
     if args_ask is not None:
         return []  # the arguments ask for it (a `kill` or `systemctl restart` command)
-    controls = _tool_controls(ctx.call.tool, vocab)
+    controls = _tool_controls(ctx.call.tool, tool_vocab)
     evidence: list[str] = []
     for h in hits:
         sig = h.event
+        if controls and h.target is not None and h.target.started_by is not None:
+            continue  # a process-control tool ending a worker this session's calls started
         if controls and _names_target(ctx, sig, h.target) is not None:
             continue  # a process-control tool pointed at this very process
         started = "not started by this call"
@@ -139,7 +151,10 @@ def process_control(
     if not evidence:
         return []
     quoted = task[:MAX_TASK_CHARS] + ("..." if len(task) > MAX_TASK_CHARS else "")
-    why = "the tool names process control, but no argument names the target; " if controls else ""
+    why = (
+        "the tool names process control, but no argument names the target and no call of "
+        "this session started it; " if controls else ""
+    )
     evidence.append(
         f"{why}task: {quoted!r} asks to stop, restart or signal nothing" if task
         else f"{why}no task was given: nothing asked to stop, restart or signal a process"

@@ -219,6 +219,9 @@ class ProcessControlSpec(RuleSpec):
     # the words that cancel one just before it ("do not restart") (rules_process.py)
     control_verbs: list[str] = msgspec.field(default_factory=list)
     negations: list[str] = msgspec.field(default_factory=list)
+    # more words that make a tool's *name* say process control (browser_close, end_session):
+    # too common in tasks to count there
+    tool_verbs: list[str] = msgspec.field(default_factory=list)
 
 
 class LlmJudgeSpec(RuleSpec):

@@ -57,6 +57,8 @@ class Watch:
         # swapped or replayed call is killed before the server acts on it (window.py)
         self.gate_stdin = False
         self._readers: set[int] = set()  # who read the stdin under a gate: continued at ends
+        # live processes earlier calls spawned (workers, their forks): pid -> (start_ns, call id)
+        self._made: dict[int, tuple[int, str]] = {}
 
     def protect(self, paths: dict[str, int]) -> list[str]:
         """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
@@ -111,8 +113,10 @@ class Watch:
         between = mon._tails.pop(self.cgroup_id, None)
         if between is not None:
             between.stop()
+            for pid, made in between.made(between._builder.call.call_id).items():
+                self._made.setdefault(pid, made)  # forked by a worker between calls
         try:
-            win._seed()  # ... then seed, so nothing in between is missed
+            win._seed(self._made)  # ... then seed, so nothing in between is missed
             try:
                 yield win
             except BaseException:
@@ -127,6 +131,7 @@ class Watch:
                 win._finish(settled=settled, aborted=False)
         finally:
             mon._windows.pop(self.cgroup_id, None)
+            self._made = win.made(call.call_id)  # only the live ones: bounded by the cgroup
             if win.gated and gate is not None:  # every reader stopped under it goes on
                 gate(self.cgroup_id, False)
                 self._readers |= win.readers

@@ -86,6 +86,7 @@ def signal_event(ev: RawEvent, sender: ProcessNode, node_of: NodeOf, start_ns: i
     sig.target_host_pid = tgids[worst]
     if target is not None:
         sig.target_key, sig.target_argv = target.key, list(target.argv or [target.exe])
+        sig.target_started_by = target.started_by
     if worst == 0:
         sig.target_comm = text(ev.s1) or None
     sig.more_targets = [

@@ -174,3 +174,17 @@ def test_control_verbs_inflections_negations_and_names() -> None:
     assert control_verbs("never kill it, don't terminate it", vocab) == []
     assert control_verbs("Summarize the signal-processing notes", vocab) == ["signal"]
     assert control_verbs("Show the forecast for Lisbon", vocab) == []
+
+
+def test_a_close_tool_ending_the_worker_an_earlier_call_started_is_its_job() -> None:
+    ctx = ctx_for("browser_close", {}, task="Find the cheapest flight to Beijing")
+    tree = server_tree(ctx.call)
+    chrome = "/usr/lib/chromium/chromium"
+    browser = seeded(tree, 200, [chrome, "--headless"], chrome, SERVER_KEY)
+    send(tree.processes[0], browser, "descendant", sig=15, name="SIGTERM")
+    [v] = run(ctx, tree)  # not known to be a worker of this session: the server's own service
+    assert "no call of this session started it" in v.evidence[-1]
+    browser.started_by = "c2"  # launched by the navigation call
+    assert run(ctx, tree) == []
+    ctx = ctx_for("get_text", {}, task="Find the cheapest flight to Beijing")  # not a close tool
+    assert len(run(ctx, tree)) == 1

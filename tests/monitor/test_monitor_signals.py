@@ -11,7 +11,7 @@ import anyio
 import pytest
 from monitor_harness import CALL, all_files, gated_cgroup, traced
 
-from mtguard_rt.model import BehaviorTree, SignalEvent
+from mtguard_rt.model import BehaviorTree, DeclaredCall, SignalEvent
 from mtguard_rt.monitor import MonitorConfig, open_monitor
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
@@ -142,3 +142,44 @@ async def test_signal_to_a_sibling_started_before_the_call_and_to_outside() -> N
     assert out.relation == "outside" and out.target_key is None
     assert out.target_host_pid == outside.pid and out.target_comm == "sleep"
     assert outside.returncode == -15  # it was signalled
+
+
+async def test_a_worker_an_earlier_call_left_running_is_marked_started_by_that_call() -> None:
+    """Call 1 starts a worker and returns; call 2 signals it: the tree says whose worker it
+    is (`started_by`), while the process that was there before any call is not marked."""
+    server = (
+        "import os, signal, subprocess, sys\n"
+        "pre = subprocess.Popen(['sleep', '61'])\n"
+        "print('up', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "w = subprocess.Popen(['sleep', '62'])\n"
+        "print('one', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "w.send_signal(signal.SIGTERM); pre.send_signal(signal.SIGTERM); w.wait(); pre.wait()\n"
+        "print('two', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    one = DeclaredCall(call_id="call-1", server="test", tool="start")
+    two = DeclaredCall(call_id="call-2", server="test", tool="stop")
+    config = MonitorConfig(settle_max_ms=2000, workers=True)
+    async with open_monitor(config) as mon, gated_cgroup() as cg:
+        async with cg.run([PY, "-c", server]) as proc, mon.watch(cg.id, str(cg.path)) as watch:
+            assert proc.stdin is not None
+            await cg.release(proc)
+            assert await cg.line() == b"up"
+            async with watch.window(one) as w1:
+                await proc.stdin.send(b"go\n")
+                assert await cg.line() == b"one"
+                w1.response_arrived()
+            async with watch.window(two) as w2:
+                await proc.stdin.send(b"go\n")
+                assert await cg.line() == b"two"
+                w2.response_arrived()
+            await proc.stdin.send(b"end\n")
+    assert len(w1.tree.workers) == 1
+    by_argv = {tuple(s.target_argv): s for s in signals(w2.tree)}
+    worker, pre = by_argv[("sleep", "62")], by_argv[("sleep", "61")]
+    assert worker.target_started_by == "call-1" and not worker.started_in_call
+    assert pre.target_started_by is None and pre.relation == worker.relation == "descendant"
+    (node,) = [p for p in w2.tree.processes if p.key == worker.target_key]
+    assert node.learned == "seeded" and node.started_by == "call-1"
