@@ -109,26 +109,31 @@ def _names_target(ctx: CallContext, sig: SignalEvent, target: ProcessNode | None
     return None
 
 
-def _relevant(hit: SignalHit) -> bool:
+def _targets(hit: SignalHit, view: TreeView) -> list[ProcessNode | None]:
+    """Every process the signal reached that the record names (a process group: several);
+    None for one outside the tree."""
+    more = [view.by_key.get(k) for k in hit.event.more_targets]
+    return [hit.target, *more]
+
+
+def _relevant(hit: SignalHit, view: TreeView) -> bool:
     sig = hit.event
     if sig.signal == 0 or sig.delivered == 0 or sig.result < 0:
         return False  # a probe, a refused send, nothing signalled
     if sig.relation in ("self", "unknown") or sig.started_in_call:
         return False
-    target = hit.target
-    # a process reaping its own forks: a descendant running the same program
+    # a process reaping its own forks: descendants running the same program
     return not (
         sig.relation == "descendant"
-        and target is not None
-        and target.exe
-        and target.exe == hit.proc.exe
+        and hit.proc.exe
+        and all(t is not None and t.exe == hit.proc.exe for t in _targets(hit, view))
     )
 
 
 def process_control(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    hits = [h for h in view.signals if _relevant(h)]
+    hits = [h for h in view.signals if _relevant(h, view)]
     if not hits:
         return []
     vocab, tool_vocab = vocabs(policy)
@@ -142,8 +147,8 @@ def process_control(
     evidence: list[str] = []
     for h in hits:
         sig = h.event
-        if controls and h.target is not None and h.target.started_by is not None:
-            continue  # a process-control tool ending a worker this session's calls started
+        if controls and all(t is not None and t.started_by for t in _targets(h, view)):
+            continue  # a process-control tool ending workers this session's calls started
         if controls and _names_target(ctx, sig, h.target) is not None:
             continue  # a process-control tool pointed at this very process
         started = "not started by this call"

@@ -188,3 +188,18 @@ def test_a_close_tool_ending_the_worker_an_earlier_call_started_is_its_job() -> 
     assert run(ctx, tree) == []
     ctx = ctx_for("get_text", {}, task="Find the cheapest flight to Beijing")  # not a close tool
     assert len(run(ctx, tree)) == 1
+
+
+def test_a_process_group_signal_is_explained_only_if_every_target_is() -> None:
+    ctx = ctx_for("browser_close", {}, task="Find the cheapest flight to Beijing")
+    tree = server_tree(ctx.call)
+    chrome = "/usr/lib/chromium/chromium"
+    browser = seeded(tree, 200, [chrome, "--headless"], chrome, SERVER_KEY)
+    service = seeded(tree, 201, ["redis-server"], "/usr/bin/redis-server", SERVER_KEY)
+    browser.started_by = "c2"
+    ev = send(tree.processes[0], browser, "descendant", ns_pid=-7, delivered=2)
+    ev.more_targets = [service.key]  # kill(-pgid) reached a service from before any call
+    [v] = run(ctx, tree)
+    assert "2 tasks" in v.evidence[0]
+    service.started_by = "c1"
+    assert run(ctx, tree) == []
