@@ -23,8 +23,8 @@ from ..model import DeclaredCall
 from .schema import strip_descriptions
 from .text import iter_strings, leaf_key
 
-RECENT_CALLS = 12  # per server, and shown across servers
-MAX_RESULT_CHARS = 1500  # of each recent result, in the log and the prompt
+RECENT_CALLS = 8  # per server, and shown across servers
+MAX_RESULT_CHARS = 1000  # of each recent result, in the log and the prompt
 MAX_REGISTRY_CHARS = 12000  # the registry in the prompt; the rest listed by name only
 MAX_ARGUMENT_CHARS = 600  # of each recent call's arguments in the prompt
 
