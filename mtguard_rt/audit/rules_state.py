@@ -40,6 +40,12 @@ from .treeview import TreeView, describe, label
 
 RULE = "unrequested-change"
 MAX_TASK_CHARS = 160  # of the task quoted in the evidence
+# Words that may open an instruction before its verb ("please also delete", "now close").
+FILLERS = frozenset({"please", "also", "now", "then", "and", "just", "kindly", "immediately",
+                     "first", "finally", "so", "simply", "quickly", "silently", "always"})
+_CLAUSE_WORD = re.compile(r"[^\W_]+")
+_CLAUSE_START = re.compile(r"[.:;!?,\n\u2014]|\s-{1,2}\s|^-{1,2}\s")
+_PATH_TOKEN = re.compile(r"[^\s'\"`]*/[^\s'\"`]*")
 MIN_SOURCE_NAME = 3  # shortest argument text that can name the document a task delegates to
 
 
@@ -193,11 +199,39 @@ def instructing(
     for s in pool:
         if low not in s.lower or not parts <= s.values:
             continue
-        if not any(f in vocab.change_verbs for w in words_of(s.lower) for f in base_forms(w)):
-            continue
-        if not _sanctioned(s, calls, intent, vocab):
+        if _commands_change_of(s.lower, low, vocab) and not _sanctioned(s, calls, intent, vocab):
             return s
     return None
+
+
+def _commands_change_of(sentence: str, name: str, vocab: IntentVocab) -> bool:
+    """Does the sentence tell someone to change `name`: a change verb that opens a clause
+    (after fillers such as "please", "also") or follows "to"/"you", with `name` after it?
+    ("after reading, delete the note 'budget'"; "I want you to close ... 4412"; not a code
+    line "cart.py:7: # TODO: reject ...", whose name comes before its verb)."""
+    for m in _CLAUSE_WORD.finditer(sentence):
+        word = m.group(0)
+        if not any(f in vocab.change_verbs for f in base_forms(word)):
+            continue
+        before = _CLAUSE_START.split(sentence[: m.start()])[-1].split()
+        lead = [w for w in before if w not in FILLERS]
+        if (not lead or lead[-1] in ("to", "you")) and name in sentence[m.end() :]:
+            return True
+    return False
+
+
+def _scoped_by_task(path: str, task: str) -> bool:
+    """The task spells out a directory holding `path` ("my shop project at /srv/ws/shop"):
+    the agent choosing what to change in there is doing the task, whatever a result says."""
+    for tok in _PATH_TOKEN.findall(task):
+        norm = os.path.normpath(tok.rstrip("/.,:;)'\"`"))
+        if norm in (".", "/", ""):
+            continue
+        if norm.startswith("/") and path.startswith(norm + "/"):
+            return True
+        if not norm.startswith("/") and f"/{norm.lstrip('./')}/" in path:
+            return True
+    return False
 
 
 def _sanctioned(s: Sentence, calls: list[Any], intent: TaskIntent, vocab: IntentVocab) -> bool:
@@ -234,7 +268,7 @@ def unrequested_change(
     lines = []
     for c in found:
         name = object_name(c.path)
-        if intent.names(name):
+        if intent.names(name) or _scoped_by_task(c.path, ctx.task_text):
             continue
         s = instructing(ctx, name, intent, vocab, policy.obligation_cues)
         if s is not None:
