@@ -207,7 +207,8 @@ class Supervisor:
         # window, settle once the verdict is known; the next call's begin waits for it.
         self.rollback = rollback
         # What a call wrote to persistence files (consent judges the content): read back
-        # from the sandbox; the last content seen is the next call's "before".
+        # from the sandbox; the last content seen is the next call's "before" (no read per
+        # call: only the first, and after a call that wrote one).
         self.files = files
         self.kernel_writes = kernel_writes or []  # persistence files killed on write (kernel)
         self._persisted: dict[str, str | None] = {}
@@ -499,7 +500,7 @@ class Supervisor:
         async with self._lock:
             if self.rollback is not None:
                 await self.rollback.begin(declared.call_id)
-            before = await self._read_files(self._persist_candidates())
+            before = await self._persistence_before()
             window_cm = (
                 _consenting(
                     self.watch, online, self.watch.window(declared, hook), self.kernel_writes
@@ -569,11 +570,18 @@ class Supervisor:
         stamp_stdio(window.tree, self.name, request_id, response is not None, self.ledger)
         return response, error, window.tree, t_resp, bool(killed or kernel)
 
-    def _persist_candidates(self) -> list[str]:
-        """The persistence files whose content is taken before a call: the write-only
-        canaries and every one an earlier call wrote."""
+    async def _persistence_before(self) -> dict[str, str | None] | None:
+        """The persistence files as the last call left them (what a call's additions are
+        taken against): the write-only canaries, read once, then every file a call wrote,
+        read back after it. A write by the server between calls is not in it, so it counts
+        as the next writing call's own (no consent for it). None: no sandbox to read."""
+        if self.files is None:
+            return None
         only = self.engine.policy.canary_write_only
-        return [*(p for p in self.canaries if only.matches(p)), *self._persisted]
+        new = [p for p in self.canaries if only.matches(p) and p not in self._persisted]
+        if new:
+            self._persisted.update(await self._read_files(new) or {})
+        return dict(self._persisted)
 
     async def _read_files(self, paths: list[str]) -> dict[str, str | None] | None:
         """`paths` as the sandbox holds them now (None: no sandbox to read); a path it could
