@@ -137,6 +137,15 @@ def test_timestamps_in_file_names_are_masked() -> None:
     assert normalise_text(a, {}) == normalise_text(b, {}) == masked
 
 
+
+def test_an_all_digit_short_hash_in_a_hash_field_is_masked_but_other_numbers_are_not() -> None:
+    a = '{"shortHash": "7431126", "totalCount": 2}'
+    b = '{"shortHash": "a9c03f1", "totalCount": 2}'
+    assert normalise_text(a, {}) == normalise_text(b, {})
+    escaped = '{\\n \\"shortHash\\": \\"7431126\\"}'  # JSON text inside a result's text
+    assert "<hex>" in normalise_text(escaped, {})
+    assert normalise_text('{"count": 7431126}', {}) != normalise_text('{"count": 7431127}', {})
+
 def test_normalise_keeps_real_differences() -> None:
     subs: dict[str, str] = {}
     assert normalise_text("affected_rows: 4", subs) != normalise_text("affected_rows: 0", subs)

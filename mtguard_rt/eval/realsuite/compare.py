@@ -40,6 +40,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b1[5-9]\d{8}(?:\.\d+)?\b"), "<epoch>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|secs|seconds?|minutes?)\b"), "<dur>"),
     (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b"), "<hex>"),
+    # a hash field whose short form happens to be all digits ("shortHash": "7431126")
+    (re.compile(r'(?i)((?:hash|sha)\w*\\?"\s*:\s*\\?")\d{7,64}\b'), r"\1<hex>"),
     (re.compile(r"\b(pid|PID|process id)([\s:=#]+)\d+\b"), r"\1\2<pid>"),
     (re.compile(r"\btmp[A-Za-z0-9_]{6,}\b"), "<tmp>"),
 ]
