@@ -37,7 +37,9 @@ from .compare import Status, classify, is_denial
 from .session import Session, SessionError, placeholders, resolve
 
 REPO = Path(__file__).resolve().parents[3]
-SERVERS_DIR = REPO / ".servers"
+# where scripts/setup-servers.sh installed the pinned servers; $MTGUARD_SERVERS_DIR points a
+# run from another checkout (a worktree of an older commit) at the same installs
+SERVERS_DIR = Path(os.environ.get("MTGUARD_SERVERS_DIR") or REPO / ".servers")
 TASK_KEY = "mtguard/task"
 SETUP_TIMEOUT_S = 60.0  # one fixture command (git init/commit, a small sqlite script)
 START_TIMEOUT_S = 120.0  # sandbox start, BPF compile and server start under a loaded machine
