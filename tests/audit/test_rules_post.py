@@ -119,7 +119,7 @@ def test_persistence_read_or_asked_for_write_is_not_denied() -> None:
     assert v.mode == "observe" and "consent" in v.evidence[0]  # recorded, not denied
     # the arguments name it, the task does not ask for it: denied, saying so
     [v] = run(persistence_write, ctx_for("edit_file", args), tree, RESULT)
-    assert v.mode == "enforce" and v.evidence[0].endswith("; the task does not name it")
+    assert v.mode == "enforce" and v.evidence[0].endswith("; the task does not ask for it")
 
 
 def test_unexpected_shell_fires_when_the_shell_does_something_security_relevant() -> None:
