@@ -54,8 +54,11 @@ FORMATS = [
     ("OpenAI API key", "sk-proj-" + "Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0AsHq8V"),
     ("JWT", f"Authorization: Bearer {JWT}"),
     ("private key", PRIVATE_KEY),
-    ("private key", '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0'
-     'BAQEFAASCBKcwggSjAgEAAoIBAQC7\\n-----END PRIVATE KEY-----\\n"}'),
+    (
+        "private key",
+        '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0'
+        'BAQEFAASCBKcwggSjAgEAAoIBAQC7\\n-----END PRIVATE KEY-----\\n"}',
+    ),
 ]
 
 
@@ -74,7 +77,10 @@ def test_each_format_is_found(kind: str, text: str) -> None:
         ("password=Tr0ub4dor&3-Vq9Lx\n", "password"),
         ('{"api_key": "Zq8Vx2Lm9Tr4Wb7Yc3Nd"}', "api_key"),
         ("CRM_DB_PASSWORD=Xk9#mQ2vL7pT4wR8\n", "CRM_DB_PASSWORD"),
-        ("aws_secret_access_key = Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0AsHq8Vx2L", "aws_secret_access_key"),
+        (
+            "aws_secret_access_key = Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0AsHq8Vx2L",
+            "aws_secret_access_key",
+        ),
         ("Your API key is 8f3a9c2d41e84b6a9d0c", "API key"),
         ("token: pdt_u+7Vq9Lx2Tb7Wc1Yn6Kd3Jf8Hs", "token"),
     ],
@@ -189,7 +195,11 @@ def test_result_secrets_and_sightings() -> None:
     vault = {"content": [{"type": "text", "text": "stg_5Hq2Lx8Pm3Vr9Tc1Wb6Yn4Kd7Jf0Gs"}]}
     assert result_secrets("get_forecast", vault) == []
     (s,) = sightings("vault", "get_secret", vault, {"name": "staging"})
-    assert (s.server, s.tool, s.value) == ("vault", "get_secret", "stg_5Hq2Lx8Pm3Vr9Tc1Wb6Yn4Kd7Jf0Gs")
+    assert (s.server, s.tool, s.value) == (
+        "vault",
+        "get_secret",
+        "stg_5Hq2Lx8Pm3Vr9Tc1Wb6Yn4Kd7Jf0Gs",
+    )
     # what the call's own arguments carried is the agent's, echoed back
     assert sightings("s", "echo", result, {"message": GH}) == ()
 
