@@ -89,7 +89,8 @@ def test_what_the_sandbox_made_temp_housekeeping_and_logs_are_not_changes() -> N
         ev("open", f"{WS}/gone.md", "read", result=-2),  # a failed open changed nothing
         ev("unlink", f"{WS}/gone.md", result=-2),
         ev("open", "/home/mtguard/.config/app/state.json", "write", "create", result=3),
-        ev("open", f"{WS}/notes/.index-cache.json", "write", "create", "truncate", result=3),
+        ev("open", f"{WS}/notes/index.cache", "write", "create", "truncate", result=3),
+        ev("open", f"{WS}/.app-cache/index.json", "write", "create", "truncate", result=3),
         ev("open", "/proc/63/oom_score_adj", "write", "truncate", result=3),  # not data
     ]
     assert run("Read my note 'q3'.", others)[1] == []
