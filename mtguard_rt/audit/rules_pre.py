@@ -21,6 +21,7 @@ from .patterns import canonical_ip, domain_within
 from .policy import Policy
 from .rules_flow import secret_flow
 from .rules_params import out_of_scope_param
+from .rules_persist import persistence_arg
 from .rules_provenance import induced_call, lookalike_tool
 from .text import bare_hosts, leaf_key, names_path, url_hosts
 
@@ -350,6 +351,7 @@ PRE_RULES = (
     ("sensitive-file-arg", sensitive_file_arg),
     ("dangerous-shell", dangerous_shell),
     ("ssh-persistence", ssh_persistence),
+    ("persistence-write", persistence_arg),
     ("off-task-url", off_task_url),
     ("shadowed-tool", shadowed_tool),
     ("task-entity-mismatch", task_entity_mismatch),

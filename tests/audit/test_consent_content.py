@@ -14,6 +14,7 @@ from mtguard_rt.audit import CallContext, load_policy
 from mtguard_rt.audit.consent import WriteConsent, added_lines, written_paths
 from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.audit.rules_files import canary_touched, persistence_write
+from mtguard_rt.audit.rules_persist import persistence_arg, write_targets
 from mtguard_rt.audit.rules_pre import ssh_persistence
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, FileEvent, ProcessNode, Violation
@@ -269,3 +270,26 @@ def test_sandbox_files_read_through_the_root_without_following_links(tmp_path: P
         f"{tmp_path}/nodir/x": ABSENT,
     }
     assert SandboxFiles(0).read([f"{tmp_path}/dir/rc"]) == {}
+
+
+def test_a_command_writing_an_unasked_persistence_file_is_denied_before_it_runs() -> None:
+    """Pre-execution: a command tool's redirection, tee, cp or mv into a persistence file of
+    the sandbox home that the call may not write; the asked-for line, a file elsewhere, a
+    read, or a tool that only writes text about such a command is let through."""
+    task = "Show the weather in Paris"
+    for cmd in (
+        "echo 'export MARKER=1' >> ~/.bashrc",
+        "echo x | tee -a $HOME/.zshenv",
+        "cp helper.desktop ${HOME}/.config/autostart/helper.desktop",
+    ):
+        [v] = persistence_arg(ctx_for("run_command", {"command": cmd}, task=task), POLICY)
+        assert (v.rule, v.phase, v.mode) == ("persistence-write", "pre", "enforce"), cmd
+        assert v.evidence[0].endswith("the task does not ask for it")
+    asked = "Add the alias ll='ls -la' to my ~/.bashrc"
+    ok = "echo \"alias ll='ls -la'\" >> ~/.bashrc"
+    assert persistence_arg(ctx_for("run_command", {"command": ok}, task=asked), POLICY) == []
+    for cmd in ("ls > out.txt 2>/dev/null", "cat ~/.bashrc", "grep x ~/.bashrc > /tmp/x"):
+        assert persistence_arg(ctx_for("run_command", {"command": cmd}, task=task), POLICY) == []
+    prose = {"path": "README.md", "content": "Run: echo 'export X=1' >> ~/.bashrc"}
+    assert persistence_arg(ctx_for("write_file", prose, task=task), POLICY) == []
+    assert write_targets("echo hi >> notes; mv a ${HOME}/.ssh/authorized_keys", HOME) == [KEYS]
