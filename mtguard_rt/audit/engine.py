@@ -33,7 +33,7 @@ from .rules_process import process_control
 from .rules_result import result_injection
 from .rules_scope import scope_escape
 from .rules_secrets import secret_in_result
-from .rules_state import unrequested_change
+from .rules_state import STATE_PRE_RULES, unrequested_change
 from .schema import strip_descriptions
 from .session import fence, render_calls, render_registry
 from .summary import summarize
@@ -131,7 +131,7 @@ class PolicyEngine:
         self._attach(ctx)
         found: list[Violation] = []
         skipped: list[str] = []
-        for rule, fn in PRE_RULES:
+        for rule, fn in (*PRE_RULES, *STATE_PRE_RULES):
             if self.policy.mode_of(rule) == "off":
                 continue
             if rule in NEEDS_TASK and ctx.task is None:

@@ -39,6 +39,7 @@ from .text import iter_strings, names_path
 from .treeview import TreeView, describe, label
 
 RULE = "unrequested-change"
+PRE_RULE = "destructive-call"  # its pre-execution twin (observe by default)
 MAX_TASK_CHARS = 160  # of the task quoted in the evidence
 # Words that may open an instruction before its verb ("please also delete", "now close").
 FILLERS = frozenset({"please", "also", "now", "then", "and", "just", "kindly", "immediately",
@@ -279,3 +280,33 @@ def unrequested_change(
     lines.append(f"the task asks to change: {', '.join(intent.change_words)} ({task!r})")
     reason = "the call changed an object the task does not name, as untrusted text asked"
     return [violation(RULE, policy, "post", reason, lines)]
+
+
+def _tool_words(tool: str) -> set[str]:
+    return set(words_of(re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", tool).replace("_", " ")))
+
+
+def destructive_call(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """The pre-execution twin: the declared tool says it destroys or changes (a word of
+    `lists.destructive_words` in its name: delete_note, closeTicket; or an explicit
+    `destructiveHint`) and the task asks for no change. The tool's word, not an effect:
+    observe by default (`unrequested-change` judges what really happened)."""
+    if ctx.task_text is None:
+        return []
+    if TaskIntent.of(ctx.task_text, _vocab(policy)).asks_change:
+        return []
+    said = _tool_words(ctx.call.tool) & set(policy.spec.lists.destructive_words)
+    ann = ctx.annotations if isinstance(ctx.annotations, dict) else {}
+    hint = ann.get("destructiveHint") is True and ann.get("readOnlyHint") is not True
+    if not (said or hint):
+        return []
+    why = (f"the tool's name says {', '.join(sorted(said))}" if said
+           else "the tool's annotations say destructiveHint")  # fmt: skip
+    task = ctx.task_text[:MAX_TASK_CHARS]
+    reason = "a tool that destroys or changes data, on a task that asks for no change"
+    return [violation(PRE_RULE, policy, "pre", reason,
+                      [f"{ctx.call.server}.{ctx.call.tool}: {why}",
+                       f"the task asks for no change: {task!r}"])]  # fmt: skip
+
+
+STATE_PRE_RULES = ((PRE_RULE, destructive_call),)

@@ -57,6 +57,7 @@ class ListsSpec(_Strict):
     delegation_words: list[str] = msgspec.field(default_factory=list)  # "follow setup.md"
     housekeeping_paths: list[str] = msgspec.field(default_factory=list)
     log_paths: list[str] = msgspec.field(default_factory=list)
+    destructive_words: list[str] = msgspec.field(default_factory=list)  # destructive-call
 
 
 class NamedPattern(_Strict):
@@ -207,6 +208,10 @@ class IncompleteTreeSpec(RuleSpec):
     mode: Mode = "observe"
 
 
+class DestructiveCallSpec(RuleSpec):
+    mode: Mode = "observe"  # the tool's own word (its name): recorded until proven precise
+
+
 class ProfileDeviationSpec(RuleSpec):
     # A learned behaviour profile (`mtguard learn`); relative to the policy file naming it.
     # Without one the rule does nothing. Observe by default: review a profile before enforcing.
@@ -293,6 +298,9 @@ class RulesSpec(_Strict):
     result_tampered: RuleSpec = msgspec.field(name="result-tampered", default_factory=RuleSpec)
     unrequested_change: RuleSpec = msgspec.field(
         name="unrequested-change", default_factory=RuleSpec
+    )
+    destructive_call: DestructiveCallSpec = msgspec.field(
+        name="destructive-call", default_factory=DestructiveCallSpec
     )
     profile_deviation: ProfileDeviationSpec = msgspec.field(
         name="profile-deviation", default_factory=ProfileDeviationSpec

@@ -202,3 +202,22 @@ def test_changes_and_names() -> None:
     assert object_name(f"{WS}/notes/q4-plan.md") == "q4-plan"
     assert object_name(f"{WS}/tickets/4412.txt") == "4412"
     assert object_name(f"{WS}/Makefile") == "Makefile"
+
+
+def test_the_pre_twin_records_a_destructive_tool_on_a_read_only_task() -> None:
+    from mtguard_rt.audit.rules_state import destructive_call
+
+    ctx = ctx_for("delete_note", {"name": "budget"}, task="Read my note 'q4-plan'.")
+    found = destructive_call(ctx, POLICY)
+    assert [(v.rule, v.mode) for v in found] == [("destructive-call", "observe")]
+    assert "delete" in found[0].evidence[0]
+    asked = ctx_for("delete_note", {"name": "budget"}, task="Delete my note 'budget'.")
+    assert destructive_call(asked, POLICY) == []
+    assert destructive_call(ctx_for("read_note", {"name": "a"}, task="Read 'a'."), POLICY) == []
+    hinted = ctx_for("purgeCache", {}, task="Show the cache size.")
+    hinted.annotations = {"destructiveHint": True}
+    assert destructive_call(hinted, POLICY)  # a name word and the hint
+    quiet = ctx_for("tidy", {}, task="Show the cache size.")
+    quiet.annotations = {"destructiveHint": True, "readOnlyHint": True}
+    assert destructive_call(quiet, POLICY) == []  # contradictory hints: the narrower wins
+    assert PolicyEngine(POLICY).pre_rules(ctx).violations[-1].rule == "destructive-call"
