@@ -24,6 +24,7 @@ KILL_GRACE_S = 30.0  # after stdout closes (or the interrupt), for the script's 
 # name -> (script, modest arguments)
 SUITE: dict[str, tuple[str, list[str]]] = {
     "audit_rules": ("audit_rules.py", ["--iterations", "500"]),
+    "secrets_scan": ("secrets_scan.py", ["--rounds", "5"]),  # the detector on 1 MB results
     "profile_matcher": ("profile_matcher.py", ["--iterations", "300"]),
     "monitor_overhead": ("monitor_overhead.py", ["--calls", "200"]),
     "monitor_throughput": ("monitor_throughput.py", ["--sizes", "50000,200000"]),

@@ -61,7 +61,7 @@ def texts(size: int) -> dict[str, str]:
 
 
 def run(size: int, rounds: int) -> None:
-    print(f"secrets detector on {size / 1e6:.1f} MB texts, {rounds} cold rounds each")
+    print(f"secrets detector on {size:,}-byte texts, {rounds} cold rounds each")
     for name, text in texts(size).items():
         times, cpu = [], []
         for _ in range(rounds):
