@@ -85,6 +85,11 @@ class AgentMetrics:
 
     def __init__(self) -> None:
         self.calls = Counter("mtguard_calls_total", "Audited tool calls by server and decision.")
+        # born at 0 for both modes, so that rate()/increase() see the first denial
+        self.denials = Counter(
+            "mtguard_denials_total", "Calls denied (observe: would have been denied), by mode."
+        )
+        self.denials.values = {(("mode", "enforce"),): 0.0, (("mode", "observe"),): 0.0}
         self.violations = Counter(
             "mtguard_rule_violations_total", "Rule violations by rule, phase and mode."
         )
@@ -100,6 +105,8 @@ class AgentMetrics:
     def observe(self, rep: CallReport) -> None:
         server = (("server", rep.server),)
         self.calls.inc((*server, ("decision", rep.decision), ("mode", rep.mode)))
+        if rep.decision == "deny":
+            self.denials.inc((("mode", rep.mode),))
         for rule, phase, mode in rep.violations:
             self.violations.inc((("rule", rule), ("phase", phase), ("mode", mode)))
         for why in rep.kills:
@@ -111,7 +118,9 @@ class AgentMetrics:
 
     def render(self, status: dict[str, Any]) -> str:
         lines: list[str] = []
-        for family in (self.calls, self.violations, self.kills, self.rollbacks, self.stages):
+        families = (self.calls, self.denials, self.violations, self.kills, self.rollbacks,
+                    self.stages)  # fmt: skip
+        for family in families:
             lines += family.render()
         gauges = (
             ("mtguard_agent_up", "1 while the agent serves.", 1),

@@ -27,6 +27,8 @@ from mtguard_rt.agent.client import AgentUnavailable, connect_agent
 from mtguard_rt.agent.protocol import TAG_REQUEST, Request, encode
 from mtguard_rt.eval.mcp_client import open_stdio_client
 
+from ..telemetry.daemons import prometheus_query, run_alertmanager, run_prometheus
+
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = REPO / "examples" / "servers"
 MTGUARD = str(Path(sys.executable).parent / "mtguard")
@@ -285,98 +287,78 @@ def test_doctor_says_which_monitor(
     assert _agent().detail == "monitor: in-process (MTGUARD_AGENT=off)"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def prometheus_query(port: int, query: str) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(query)}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        body = json.loads(resp.read())
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
-@pytest.mark.anyio
-async def test_a_real_prometheus_scrapes_the_agents_call_metrics(
-    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
-) -> None:
-    """Calls of a proxy served by the agent (one allowed, one denied before dispatch) are
-    counted by the agent, and Debian's prometheus scrapes them with the agent's own figures."""
-    _proc, sock = agent
-    metrics_port = status(sock)["metrics_port"]
-    assert metrics_port
-    env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
-    audit = tmp_path / "audit.jsonl"
-    with (tmp_path / "err").open("w") as err:
-        async with open_stdio_client(
-            proxy_cmd(audit, "print the kernel's name"), env=env, request_timeout=180,
-            errlog=err,
-        ) as client:  # fmt: skip
-            await client.call_tool("run_command", {"command": "uname -s"})
-            denied = await client.call_tool("run_command", {"command": "cat /etc/shadow"})
-    assert denied.get("isError"), denied
-    records = [json.loads(line) for line in audit.read_text().splitlines()]
-    deny_rules = {r for rec in records if rec["decision"] == "deny" for r in rec["rules"]}
-    assert deny_rules, records
-    with running_prometheus(tmp_path, metrics_port) as prom_port:
-        calls = wait_for_series(prom_port, "mtguard_calls_total")
-        by_decision = {c["metric"]["decision"]: float(c["value"][1]) for c in calls}
-        assert by_decision.get("allow", 0) >= 1 and by_decision.get("deny", 0) >= 1, calls
-        rules = prometheus_query(prom_port, "mtguard_rule_violations_total")
-        assert deny_rules <= {r["metric"]["rule"] for r in rules}, rules
-        up = prometheus_query(prom_port, "mtguard_agent_up")
-        assert [float(u["value"][1]) for u in up] == [1.0]
-        events = prometheus_query(prom_port, "mtguard_agent_events_total")
-        assert float(events[0]["value"][1]) > 0
-        stages = prometheus_query(prom_port, 'mtguard_audit_stage_ms_count{stage="pre"}')
-        assert float(stages[0]["value"][1]) >= 2
-
-
-@contextmanager
-def running_prometheus(tmp_path: Path, target_port: int) -> Iterator[int]:
-    """Debian's prometheus scraping 127.0.0.1:`target_port` every second; yields its port."""
-    port = free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: mtguard\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
-    )
-    log_path = tmp_path / "prometheus.log"
-    with log_path.open("w") as log:
-        prom = subprocess.Popen(
-            ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            yield port
-        finally:
-            assert prom.poll() is None, log_path.read_text()  # it ran the whole test
-            prom.terminate()
-            try:
-                prom.wait(30)
-            except subprocess.TimeoutExpired:
-                prom.kill()
-                prom.wait(10)
-
-
 def wait_for_series(port: int, query: str, bound_s: float = 90) -> list[dict[str, Any]]:
     """The query's result once it is not empty (the first scrapes take a few seconds)."""
     deadline = time.monotonic() + bound_s
-    while True:
-        try:
-            if result := prometheus_query(port, query):
-                return result
-        except OSError:
-            pass  # not listening yet
+    while not (result := prometheus_query(port, query)):
         assert time.monotonic() < deadline, f"no {query} in Prometheus after {bound_s} s"
         time.sleep(1)
+    return result
 
+
+def wait_for_alert(port: int, name: str, bound_s: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + bound_s
+    url = f"http://127.0.0.1:{port}/api/v2/alerts?filter=" + urllib.parse.quote(
+        f'alertname="{name}"'
+    )
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            alerts: list[dict[str, Any]] = json.loads(resp.read())
+        if alerts:
+            return alerts
+        assert time.monotonic() < deadline, f"no {name} alert in Alertmanager after {bound_s} s"
+        time.sleep(1)
+
+
+@pytest.mark.anyio
+async def test_a_real_prometheus_scrapes_the_agents_call_metrics_and_alerts_on_a_denial(
+    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """Calls of a proxy served by the agent (one allowed, one denied before dispatch) are
+    counted by the agent; Debian's prometheus scrapes them with the agent's own figures, and
+    the example alerting rule (examples/prometheus) fires into a real Alertmanager."""
+    _proc, sock = agent
+    metrics_port = status(sock)["metrics_port"]
+    assert metrics_port
+    rules = REPO / "examples" / "prometheus" / "mtguard-alerts.yml"
+    with (
+        run_alertmanager(tmp_path / "am") as am,
+        run_prometheus(tmp_path / "prom", metrics_port, rules, am.port) as prom,
+    ):
+        # scraped before the denial: increase() then sees it
+        await anyio.to_thread.run_sync(wait_for_series, prom.port, "mtguard_denials_total")
+        env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
+        audit = tmp_path / "audit.jsonl"
+        with (tmp_path / "err").open("w") as err:
+            async with open_stdio_client(
+                proxy_cmd(audit, "print the kernel's name"), env=env, request_timeout=180,
+                errlog=err,
+            ) as client:  # fmt: skip
+                await client.call_tool("run_command", {"command": "uname -s"})
+                denied = await client.call_tool("run_command", {"command": "cat /etc/shadow"})
+        assert denied.get("isError"), denied
+        records = [json.loads(line) for line in audit.read_text().splitlines()]
+        deny_rules = {r for rec in records if rec["decision"] == "deny" for r in rec["rules"]}
+        assert deny_rules, records
+        await anyio.to_thread.run_sync(_check_scraped, prom.port, deny_rules)
+        alerts = await anyio.to_thread.run_sync(wait_for_alert, am.port, "MtguardDenials")
+        assert alerts[0]["labels"]["severity"] == "warning"
+        assert alerts[0]["labels"]["mode"] == "enforce"
+
+
+def _check_scraped(port: int, deny_rules: set[str]) -> None:
+    calls = wait_for_series(port, 'mtguard_calls_total{decision="deny"}')
+    calls += prometheus_query(port, 'mtguard_calls_total{decision="allow"}')
+    by_decision = {c["metric"]["decision"]: float(c["value"][1]) for c in calls}
+    assert by_decision.get("allow", 0) >= 1 and by_decision.get("deny", 0) >= 1, calls
+    rules = prometheus_query(port, "mtguard_rule_violations_total")
+    assert deny_rules <= {r["metric"]["rule"] for r in rules}, rules
+    up = prometheus_query(port, "mtguard_agent_up")
+    assert [float(u["value"][1]) for u in up] == [1.0]
+    events = prometheus_query(port, "mtguard_agent_events_total")
+    assert float(events[0]["value"][1]) > 0
+    stages = prometheus_query(port, 'mtguard_audit_stage_ms_count{stage="pre"}')
+    assert float(stages[0]["value"][1]) >= 2
 
 @pytest.mark.anyio
 async def test_with_the_agent_stopped_a_proxy_falls_back_and_says_so(

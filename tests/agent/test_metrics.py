@@ -60,6 +60,8 @@ def test_reports_are_counted_by_decision_rule_kill_rollback_and_stage() -> None:
     got = samples(met.render(STATUS))
     assert got['mtguard_calls_total{server="git",decision="allow",mode="enforce"}'] == 1
     assert got['mtguard_calls_total{server="git",decision="deny",mode="enforce"}'] == 1
+    assert got['mtguard_denials_total{mode="enforce"}'] == 1
+    assert got['mtguard_denials_total{mode="observe"}'] == 0  # there from the start
     key = 'mtguard_rule_violations_total{rule="sensitive-file-arg",phase="pre",mode="enforce"}'
     assert got[key] == 1
     assert got['mtguard_kills_total{by="online-rule"}'] == 1
