@@ -8,7 +8,6 @@
  * All constants (EV_*, EVF_*, sizes) are -D cflags set by mtguard_rt/monitor/loader.py.
  */
 #include <uapi/linux/ptrace.h>
-#include <linux/signal.h> /* siginfo_t: the signal syscalls' tracepoint records name it */
 #include "events.h"
 
 #define AT_FDCWD_ (-100)
@@ -1120,17 +1119,27 @@ TRACEPOINT_PROBE(syscalls, sys_enter_tgkill)
 {
     return sig_enter(MT_SIG_TGKILL, args->tgid, args->pid, args->sig);
 }
-TRACEPOINT_PROBE(syscalls, sys_enter_pidfd_send_signal)
+/* the three whose records name siginfo_t are attached by name (kinds.NAMED_TRACEPOINTS) and
+ * read at fixed offsets (syscall tracepoints: argument i at 16 + 8 * i): bcc would otherwise
+ * need the kernel's signal headers, a second of compile time */
+static __always_inline s64 sys_arg(void *ctx, int i)
 {
-    return sig_enter(MT_SIG_PIDFD, args->pidfd, 0, args->sig);
+    s64 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (char *)ctx + 16 + 8 * i);
+    return v;
 }
-TRACEPOINT_PROBE(syscalls, sys_enter_rt_sigqueueinfo)
+int mt_sig_pidfd_enter(void *ctx)
 {
-    return sig_enter(MT_SIG_QUEUE, args->pid, 0, args->sig);
+    return sig_enter(MT_SIG_PIDFD, (s32)sys_arg(ctx, 0), 0, (s32)sys_arg(ctx, 1));
 }
-TRACEPOINT_PROBE(syscalls, sys_enter_rt_tgsigqueueinfo)
+int mt_sig_queue_enter(void *ctx)
 {
-    return sig_enter(MT_SIG_TGQUEUE, args->tgid, args->pid, args->sig);
+    return sig_enter(MT_SIG_QUEUE, (s32)sys_arg(ctx, 0), 0, (s32)sys_arg(ctx, 1));
+}
+int mt_sig_tgqueue_enter(void *ctx)
+{
+    return sig_enter(MT_SIG_TGQUEUE, (s32)sys_arg(ctx, 0), (s32)sys_arg(ctx, 1),
+                     (s32)sys_arg(ctx, 2));
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_kill) { return sig_exit(args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_exit_tkill) { return sig_exit(args->ret); }

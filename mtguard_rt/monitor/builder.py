@@ -27,7 +27,7 @@ from .dns import decode_dns
 from .kinds import BLIND_SPOTS, NP_AT_CONNECT, NP_AT_INGRESS, TRANSPORTS, Flag, Kind
 from .paths import AT_FDCWD, FsState, text
 from .procfs import SeedProcess
-from .signals import signal_event
+from .signals import refresh_targets, signal_event
 from .stdio import StdioAssembler
 
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
@@ -112,6 +112,7 @@ class TreeBuilder:
         # network policy: a refusal comes before the connect record it failed (pid, addr, port)
         self._refusals: dict[tuple[int, str, int], NetEvent] = {}
         self._refused: list[NetEvent] = []  # unattributed refusals (inbound packets)
+        self._signalled = False  # a signal was recorded: its target's program is final at build
 
     # -- seeding ---------------------------------------------------------------
     def seed(self, sp: SeedProcess, learned: str = "seeded", spawned: bool = False) -> _Proc:
@@ -355,6 +356,7 @@ class TreeBuilder:
         )
 
     def _signal(self, proc: _Proc, ev: RawEvent) -> None:
+        self._signalled = True
         procs = self._procs
         proc.node.signals.append(
             signal_event(ev, proc.node, lambda pid: n.node if (n := procs.get(pid)) else None,
@@ -449,6 +451,8 @@ class TreeBuilder:
     ) -> BehaviorTree:
         for proc in self._order:
             proc.node.still_running = proc.spawned and proc.alive
+        if self._signalled:
+            refresh_targets([p.node for p in self._order])
         lost = sorted(k for k in ("stdio", "window_overflow") if drops.get(k))
         stdio = self.stdio.capture(f"records lost ({', '.join(lost)})" if lost else None)
         reasons = [*reasons, *self.blind_spots]

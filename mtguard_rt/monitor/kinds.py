@@ -129,12 +129,16 @@ DNAME_LABELS_MAX = 32
 DNAME_SUFFIXES = 8  # the name and its parents looked up in `np_names`
 DNS_ANSWERS_MAX = 32  # answer records read per DNS response (one tail call each: <= 33)
 # tracepoints attached by name (bcc's TRACEPOINT_PROBE allows one program per tracepoint in
-# a source; these share theirs with other sections): tracepoint -> function
+# a source; these share theirs with other sections, or their records name a type the build
+# headers would have to bring in): tracepoint -> function
 NAMED_TRACEPOINTS = {
     "syscalls:sys_enter_write": "mt_sock_write_enter",
     "syscalls:sys_exit_write": "mt_sock_write_exit",
     "syscalls:sys_enter_writev": "mt_sock_write_enter",
     "syscalls:sys_exit_writev": "mt_sock_write_exit",
+    "syscalls:sys_enter_pidfd_send_signal": "mt_sig_pidfd_enter",  # their records name siginfo_t
+    "syscalls:sys_enter_rt_sigqueueinfo": "mt_sig_queue_enter",
+    "syscalls:sys_enter_rt_tgsigqueueinfo": "mt_sig_tgqueue_enter",
 }
 
 

@@ -115,3 +115,15 @@ def _place(
             break
         node = up
     return "sandbox", target
+
+
+def refresh_targets(nodes: list[ProcessNode]) -> None:
+    """At build: each signal's `target_argv` from its target as the tree ends. A child
+    signalled right after its exec may be signalled before the exec's record is folded in
+    (the records of two CPUs interleave): its program is the one it ran, not its parent's."""
+    by_key = {n.key: n for n in nodes}
+    for n in nodes:
+        for sig in n.signals:
+            target = by_key.get(sig.target_key or "")
+            if target is not None:
+                sig.target_argv = list(target.argv or [target.exe])

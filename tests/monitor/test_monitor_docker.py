@@ -105,11 +105,13 @@ def test_trace_command_json_and_text(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.anyio
 async def test_signal_in_the_sandbox_pid_namespace_names_the_tree_process() -> None:
     """The killer passes the sandbox's pid of its sibling; the tree names the host process."""
-    script = 'sleep 30 & w=$!; sh -c "kill -TERM $w"; wait $w; exit 0'  # a sibling kills it
+    # a sibling kills it, once it runs sleep (exec takes milliseconds; 1 s is a wide margin)
+    script = 'sleep 30 & w=$!; sleep 1; sh -c "kill -TERM $w"; wait $w; exit 0'
     tree, code = await run_in_sandbox(["sh", "-c", script])
     assert code == 0
     (sig,) = [s for p in tree.processes for s in p.signals if s.name == "SIGTERM"]
     (sleep,) = [p for p in tree.processes if p.argv == ["sleep", "30"]]
+    assert sig.target_argv == ["sleep", "30"]
     assert sig.relation == "sandbox" and sig.started_in_call and sig.delivered == 1
     assert sig.target_key == sleep.key and sig.target_host_pid == sleep.pid
     assert sig.target_pid != sleep.pid  # what the sender passed: its own namespace's pid

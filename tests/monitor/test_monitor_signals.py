@@ -54,14 +54,21 @@ async def test_symlinks_and_hard_links_with_dirfds_and_failures(
 
 
 CHILD_AND_THREADS = r"""
-import ctypes, os, signal, subprocess, threading
+import ctypes, os, signal, subprocess, threading, time
 libc = ctypes.CDLL(None, use_errno=True)
 signal.signal(signal.SIGUSR1, lambda *a: None)
 signal.signal(signal.SIGUSR2, lambda *a: None)
+def started(argv):  # a child that has exec'd its program (bounded wait)
+    c = subprocess.Popen(argv)
+    for _ in range(500):
+        if os.readlink(f'/proc/{c.pid}/exe').endswith('/' + argv[0]):
+            return c
+        time.sleep(0.01)
+    raise SystemExit('the child never exec\'d')
 # a child started in this call, ended by its parent (a subprocess timeout does this)
-c = subprocess.Popen(['sleep', '30']); c.send_signal(signal.SIGTERM); c.wait()
+c = started(['sleep', '30']); c.send_signal(signal.SIGTERM); c.wait()
 # pidfd_send_signal to a child
-c = subprocess.Popen(['sleep', '30']); fd = os.pidfd_open(c.pid)
+c = started(['sleep', '30']); fd = os.pidfd_open(c.pid)
 signal.pidfd_send_signal(fd, signal.SIGKILL); c.wait(); os.close(fd)
 # a thread of its own (pthread_kill is tgkill), tkill to its own main thread
 ev = threading.Event(); t = threading.Thread(target=ev.wait); t.start()
