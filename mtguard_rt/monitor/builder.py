@@ -229,6 +229,12 @@ class TreeBuilder:
                         last.argv_truncated,
                     )
                     node.uid = ev.uid  # a set-uid program changes it at exec
+            elif ev.ret == 0 and node.learned == "seeded" and self._lookup is not None:
+                # an exec that straddled the window's start: its record came before the
+                # window, the snapshot was read before it took effect; /proc says what runs now
+                sp = self._lookup(ev.pid)
+                if sp is not None and sp.start_ns == node.start_ns:
+                    node.exe, node.argv, node.uid = sp.exe, sp.argv, ev.uid
         elif kind == Kind.BLIND:
             what = BLIND_SPOTS.get(ev.a0, str(ev.a0))
             self.blind_spots.append(

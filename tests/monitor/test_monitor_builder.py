@@ -130,3 +130,21 @@ def test_blind_spot_makes_the_tree_incomplete() -> None:
     assert tree.incomplete_reasons == [
         "process 10 (/usr/bin/python3) called io_uring_setup: operations through it are not traced"
     ]
+
+
+def test_an_exec_straddling_the_window_start_takes_the_program_from_proc() -> None:
+    """The exec's enter record came before the window, the snapshot before it took effect:
+    its successful exit in the window makes the builder read what runs now."""
+    now = SeedProcess(7, 1, 500, "/usr/bin/sleep", ["sleep", "60"], "/", 1000)
+    b = TreeBuilder(DeclaredCall(call_id="c", server="s", tool="t"), 1000,
+                    lookup=lambda pid: now if pid == 7 else None)  # fmt: skip
+    b.seed(SeedProcess(7, 1, 500, "/usr/bin/sh", ["sh", "-c", "x"], "/", 1000))
+    b.apply(RawEvent(ts_ns=1001, cgroup_id=1, kind=int(Kind.EXEC_RESULT), pid=7, uid=1000))
+    (node,) = b.build(2000, [], {}, 0).processes
+    assert (node.exe, node.argv) == ("/usr/bin/sleep", ["sleep", "60"])
+    reused = SeedProcess(7, 1, 900, "/usr/bin/sleep", ["sleep", "60"], "/", 1000)
+    b = TreeBuilder(DeclaredCall(call_id="c", server="s", tool="t"), 1000,
+                    lookup=lambda pid: reused)  # fmt: skip
+    b.seed(SeedProcess(7, 1, 500, "/usr/bin/sh", ["sh", "-c", "x"], "/", 1000))
+    b.apply(RawEvent(ts_ns=1001, cgroup_id=1, kind=int(Kind.EXEC_RESULT), pid=7, uid=1000))
+    assert b.build(2000, [], {}, 0).processes[0].argv == ["sh", "-c", "x"]  # another process
