@@ -25,10 +25,11 @@ servers: venv
 demo: setup
 	@$(MTG) demo
 
-# --- agent-framework examples (examples/agentscope): their own pinned venv, .venv-agentscope;
-# only the tests need it, so only `make test` installs it.
+# --- agent-framework examples (examples/agentscope, examples/frameworks): their own pinned
+# venvs, .venv-agentscope and .venv-fw-*; only the tests need them, so only `make test` installs them.
 examples: venv
 	@scripts/setup-examples.sh
+	@scripts/setup-frameworks.sh
 # --- end of agent-framework examples
 
 test: setup examples
@@ -44,4 +45,4 @@ lint: venv
 
 clean:
 	-$(MTG) sandbox prune
-	rm -rf $(VENV) .venv-agentscope .pytest_cache
+	rm -rf $(VENV) .venv-agentscope .venv-fw-* .pytest_cache
