@@ -5,7 +5,8 @@ LangChain tools; the proxy runs SERVER in the Docker sandbox, audits each call b
 traces it with eBPF and verifies it after. A denied call comes back as an MCP tool result with
 `isError`: the adapter (`handle_tool_errors=True`, its default) makes it a `ToolMessage` with
 `status="error"` and the guard's text, which goes back to the model. The loop is the minimal
-one (`bind_tools`, run the calls, repeat); `langchain.agents.create_agent` takes the same tools.
+one (`bind_tools`, run the calls, repeat); `create_agent` of the `langchain` package (not
+installed here) takes the same tools.
 
     .venv-fw-langchain/bin/python examples/frameworks/langchain_agent.py \\
         --base-url URL --model M --task "..." --workspace DIR -- python server.py
