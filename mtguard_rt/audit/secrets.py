@@ -82,6 +82,7 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Docker Hub token", ("dckr_pat_",), r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
     ("Telegram bot token", (":AA",), r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b"),
     ("JWT", ("eyJ",), r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"),
+    ("bearer token", ("Bearer ", "bearer "), r"\b[Bb]earer[ \t]+[A-Za-z0-9._~+/-]{20,}=*"),
 )
 # Where a match starts before its anchor: (fewest, most) characters (default: at the anchor).
 _BACK = {
@@ -244,6 +245,8 @@ def _format_ok(value: str) -> bool:
         return len(set(value.rsplit("-----", 1)[-1])) >= 16
     if "EXAMPLE" in value.upper() or re.search(r"(.)\1{7}", value):
         return False
+    if value[:7].lower() == "bearer ":
+        return looks_real(value[7:].strip())
     return len(set(value)) >= 10
 
 

@@ -53,6 +53,7 @@ FORMATS = [
     ("Anthropic API key", "sk-ant-api03-" + "Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0AsHq8V" * 2),
     ("OpenAI API key", "sk-proj-" + "Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0AsHq8V"),
     ("JWT", f"Authorization: Bearer {JWT}"),
+    ("bearer token", "Authorization: Bearer Zq8Vx2Lm9Tr4Wb7Yc3Nd6Kf1Jg5Pz0As"),
     ("private key", PRIVATE_KEY),
     (
         "private key",
@@ -114,6 +115,8 @@ def test_credentials_in_urls() -> None:
         "AKIAIOSFODNN7EXAMPLE is the documentation's example key",
         "ghp_" + "x" * 36,
         "The token is expired, ask for a new one.",
+        "Authorization: Bearer <your-token-here>",
+        "a bearer instrument is payable to whoever holds it",
     ],
 )
 def test_placeholders_and_references_are_not_secrets(text: str) -> None:
