@@ -1,12 +1,13 @@
 """`secret-in-result` (post): a secret the agent was not asked to handle, in a result.
 
-The result carries a secret (`secrets.find_secrets`; for a tool
-whose name says it hands out secrets, its mixed-character values too) that neither the call's
-arguments nor the task supplied, and the task does not ask for it: it names no file the call
-read, has no credential word, or this very call (same tool, same arguments) returned no secret
-earlier in the session (a rug pull). Without a task, the tool's job or a read file the
-arguments name explains it. Evidence: the kind, where, a redacted prefix and the length, and
-the files the call read. Its pre-execution twin, `secret-flow`, is in `rules_flow`.
+The result carries a secret (`secrets.find_secrets`; for a tool whose name says it hands out
+secrets, its mixed-character values too) that neither the call's arguments nor the task
+supplied, and the task does not ask for it: it names no file the call read (nor a directory
+holding one), and has no credential word or this very call (same tool, same arguments)
+returned no secret earlier in the session (a rug pull). Without a task, the tool's job or a
+read file the arguments name explains it. Evidence: the kind, where, a redacted prefix and
+the length, and the files the call read. Its pre-execution twin, `secret-flow`, is in
+`rules_flow`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .text import names_path
 from .treeview import TreeView
 
 MAX_EVIDENCE = 10
+MAX_SHOWN = 6  # secrets listed in the evidence (then where they came from and why)
 _ABS_PATH = re.compile(r"(?<![\w.~$])/[^\s'\"`,;:()<>]+")
 MAX_SOURCES = 3  # files named as where a secret may have come from
 # Reads that are the program itself or the system's plumbing, not data it could hand over.
@@ -39,16 +41,6 @@ _PLUMBING = frozenset(
 _CODE = (".so", ".pyc", ".node", ".wasm", ".pth", ".mo")  # compiled: not what a call hands over
 _LIBRARY = ("/node_modules/", "/site-packages/", "/dist-packages/", "/__pycache__/", "/.cache/")
 _CERTS = ("/etc/ssl/", "/etc/ca-certificates", "/etc/fonts/", "/etc/locale")
-
-
-def _violation(rule: str, policy: Policy, phase: str, reason: str, ev: list[str]) -> Violation:
-    return Violation(
-        rule=rule,
-        phase="pre" if phase == "pre" else "post",
-        mode=policy.mode_of(rule),
-        reason=reason,
-        evidence=ev[:MAX_EVIDENCE],
-    )
 
 
 def data_reads(view: TreeView) -> list[str]:
@@ -93,7 +85,8 @@ def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
         if secret_tool(ctx.call.tool):
             return None  # the tool's job, and no task to say otherwise
         return "no task asks for it and the tool's job is not to return one"
-    if any(names_path([task], path) or _under(path, _named_dirs(task)) for path in read):
+    dirs = _named_dirs(task)
+    if any(names_path([task], path) or _under(path, dirs) for path in read):
         return None  # the user pointed at the file it is in, or at its directory
     if digest in ctx.untrusted.clean:
         return "the same call (tool and arguments) returned no secret earlier in this session"
@@ -114,10 +107,21 @@ def secret_in_result(
     why = _unasked(ctx, view, read)
     if why is None:
         return []
-    ev = [f"result {key!r}: {f.describe()}" for key, f in found]
+    ev = [f"result {key!r}: {f.describe()}" for key, f in found[:MAX_SHOWN]]
+    if len(found) > MAX_SHOWN:
+        ev.append(f"... and {len(found) - MAX_SHOWN} more")
     if read:
         more = f" (+{len(read) - MAX_SOURCES} more)" if len(read) > MAX_SOURCES else ""
         ev.append(f"the call read {', '.join(read[:MAX_SOURCES])}{more}")
     ev.append(why)
+    rule = "secret-in-result"
     reason = "the result carries a secret the task did not ask for"
-    return [_violation("secret-in-result", policy, "post", reason, ev)]
+    return [
+        Violation(
+            rule=rule,
+            phase="post",
+            mode=policy.mode_of(rule),
+            reason=reason,
+            evidence=ev[:MAX_EVIDENCE],
+        )
+    ]
