@@ -25,6 +25,7 @@ pytestmark = [
 
 TASK = "Add the alias ll='ls -la' to my ~/.bashrc"
 ASKED = "echo \"alias ll='ls -la'\" >> ~/.bashrc"
+VIA_VAR = 'f=~/.bashrc; echo "alias ll=\'ls -la\'" >> "$f"'
 CALL_BOUND_S = 15.0
 
 
@@ -48,15 +49,16 @@ async def test_kill_on_touch_honours_the_calls_consent_and_only_that(tmp_path: P
             tail = await server.call_tool("run_command", {"command": "tail -n 1 ~/.bashrc"})
         assert "alias ll='ls -la'" in tail["content"][0]["text"]
 
-        # a line the task did not ask for: no consent, the kernel kills the writer
-        unasked = "echo \"alias ls='rm -i'\" >> ~/.bashrc"
+        # a line the task did not ask for: no consent, the kernel kills the writer (through
+        # a variable: spelled out, the pre-audit's persistence-write denies it unsent)
+        unasked = 'f=~/.bashrc; echo "alias ls=\'rm -i\'" >> "$f"'
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
             await server.call_tool("run_command", {"command": unasked}, task=TASK)
         denied = info.value.record
         assert denied is not None and denied.terminated and "kill-on-touch" in denied.rules
         # the asked-for line again, under a task that does not ask for it: killed as well
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
-            await server.call_tool("run_command", {"command": ASKED}, task="Tidy my notes")
+            await server.call_tool("run_command", {"command": VIA_VAR}, task="Tidy my notes")
         again = info.value.record
         assert again is not None and "kill-on-touch" in again.rules
 

@@ -1,8 +1,9 @@
 """Kernel kill on write of the policy's exact persistence files in the sandbox home, for
 real: a sandboxed terminal server, enforce mode, kill on touch on. An append to ~/.zshenv
-that no task asks for is SIGKILLed in the kernel at its open (not one byte lands); the same
-append under a task that asks for it runs, is consented (its content read back) and lands;
-the lift ends with the call."""
+that no task asks for is denied before dispatch when the command spells the file out, and
+SIGKILLed in the kernel at its open when it goes through a variable (not one byte lands);
+the same append under a task that asks for it runs, is consented (its content read back)
+and lands; the lift ends with the call."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ pytestmark = [
 ]
 
 APPEND = "echo 'export EDITOR=vim' >> ~/.zshenv"
+# the same through a variable: the pre-audit cannot read the target, the kernel sees it
+VIA_VAR = "f=~/.zshenv; echo 'export EDITOR=vim' >> \"$f\""
 CHECK = "test -s ~/.zshenv && cat ~/.zshenv || echo EMPTY"
 CALL_BOUND_S = 15.0
 
@@ -34,8 +37,13 @@ async def test_an_unasked_persistence_append_dies_in_the_kernel_an_asked_one_lan
     config = online_guard_config(tmp_path, "enforce", kill_on_touch=True)
     command = [sys.executable, str(SERVERS / "terminal.py")]
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
+        # spelled out, the pre-audit denies it: never sent
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
             await server.call_tool("run_command", {"command": APPEND}, task="Tidy my notes")
+        pre = info.value.record
+        assert pre is not None and (pre.phase, pre.rules) == ("pre", ["persistence-write"])
+        with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
+            await server.call_tool("run_command", {"command": VIA_VAR}, task="Tidy my notes")
         denied = info.value.record
         assert denied is not None and denied.terminated
         assert "kill-on-touch" in denied.rules, denied.reasons
@@ -57,6 +65,6 @@ async def test_an_unasked_persistence_append_dies_in_the_kernel_an_asked_one_lan
 
         # the lift ended with that call: the same append under another task dies again
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
-            await server.call_tool("run_command", {"command": APPEND}, task="Tidy my notes")
+            await server.call_tool("run_command", {"command": VIA_VAR}, task="Tidy my notes")
         again = info.value.record
         assert again is not None and "kill-on-touch" in again.rules
