@@ -4,9 +4,11 @@ Security-relevant: a non-zero signal the kernel really delivered (`SignalEvent.d
 to a process that did not begin during this call: a service or worker the server runs, a
 sibling, anything outside the tree. Not relevant: probes (signal 0), refused sends, a process
 signalling itself or its own threads (runtimes do that for GC, preemption, profiling),
-anything the call itself started (a `subprocess` timeout ends its own child), and a process
+anything the call itself started (a `subprocess` timeout ends its own child), a process
 reaping its own forks, a descendant running the same program (browsers end their renderers,
-worker pools their workers).
+worker pools their workers), and a server ending its own helper: a descendant an earlier
+call spawned whose arguments did not name that program (a git library ends the
+`git cat-file --batch` workers an earlier call left running).
 
 Explained, so allowed: the task (the user's words) asks to stop, kill, restart, reload,
 signal... (`control_verbs`, not negated), or so do the call's arguments (a shell command
@@ -30,6 +32,7 @@ from ..model import ProcessNode, SignalEvent, Violation
 from .context import CallContext
 from .policy import Policy
 from .rules_pre import violation
+from .text import iter_strings
 from .treeview import SignalHit, TreeView, label
 
 RULE = "process-control"
@@ -116,24 +119,49 @@ def _targets(hit: SignalHit, view: TreeView) -> list[ProcessNode | None]:
     return [hit.target, *more]
 
 
-def _relevant(hit: SignalHit, view: TreeView) -> bool:
+def _programs(node: ProcessNode) -> set[str]:
+    argv = node.argv or [node.exe]
+    names = {os.path.basename(a).lower() for a in argv[:3] if a and not a.startswith("-")}
+    names.add(os.path.basename(node.exe).lower())
+    return {n for n in names if len(n) >= 2}
+
+
+def _own_helper(target: ProcessNode | None, ctx: CallContext) -> bool:
+    """A worker an earlier call spawned without asking for that program: the server's own
+    helper (git's `cat-file --batch`, a pool's process), ended as the server sees fit. A
+    process an earlier call launched on request (its arguments name the program) is the
+    user's; a process from before any call (a service) has no `started_by`."""
+    if target is None or not target.started_by:
+        return False
+    earlier = next((c for c in ctx.recent_calls if c.call_id == target.started_by), None)
+    if earlier is None:
+        return True  # spawned by a call older than the history kept: not one this task made
+    progs = _programs(target)
+    for _key, text in iter_strings(earlier.arguments):
+        if progs & set(re.findall(r"[\w.+-]+", text.lower())):
+            return False
+    return True
+
+
+def _relevant(hit: SignalHit, view: TreeView, ctx: CallContext) -> bool:
     sig = hit.event
     if sig.signal == 0 or sig.delivered == 0 or sig.result < 0:
         return False  # a probe, a refused send, nothing signalled
     if sig.relation in ("self", "unknown") or sig.started_in_call:
         return False
+    if sig.relation != "descendant":
+        return True
+    targets = _targets(hit, view)
     # a process reaping its own forks: descendants running the same program
-    return not (
-        sig.relation == "descendant"
-        and hit.proc.exe
-        and all(t is not None and t.exe == hit.proc.exe for t in _targets(hit, view))
-    )
+    if hit.proc.exe and all(t is not None and t.exe == hit.proc.exe for t in targets):
+        return False
+    return not all(_own_helper(t, ctx) for t in targets)
 
 
 def process_control(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
-    hits = [h for h in view.signals if _relevant(h, view)]
+    hits = [h for h in view.signals if _relevant(h, view, ctx)]
     if not hits:
         return []
     vocab, tool_vocab = vocabs(policy)

@@ -7,7 +7,14 @@ from typing import Any
 from mtguard_rt.audit import CallContext, load_policy
 from mtguard_rt.audit.rules_process import _vocab, control_verbs, process_control
 from mtguard_rt.audit.treeview import TreeView
-from mtguard_rt.model import BehaviorTree, ProcessNode, SignalEvent, SignalRelation, Violation
+from mtguard_rt.model import (
+    BehaviorTree,
+    DeclaredCall,
+    ProcessNode,
+    SignalEvent,
+    SignalRelation,
+    Violation,
+)
 
 from .trees import SERVER_KEY, child, ctx_for, server_tree
 
@@ -186,8 +193,29 @@ def test_a_close_tool_ending_the_worker_an_earlier_call_started_is_its_job() -> 
     assert "no call of this session started it" in v.evidence[-1]
     browser.started_by = "c2"  # launched by the navigation call
     assert run(ctx, tree) == []
-    ctx = ctx_for("get_text", {}, task="Find the cheapest flight to Beijing")  # not a close tool
-    assert len(run(ctx, tree)) == 1
+
+
+def test_a_server_ending_its_own_helper_is_allowed_a_process_run_on_request_is_not() -> (
+    None
+):
+    """A git library ends the `git cat-file --batch` an earlier call left running, during a
+    `git_add`: the earlier call never asked for that program, so it is the server's helper.
+    A process an earlier call launched because its arguments asked (start_process) is the
+    user's: a later unrelated call that kills it is denied."""
+    earlier = DeclaredCall(call_id="c2", server="srv", tool="git_status", arguments={"repo": "."})
+    ctx = ctx_for("git_add", {"files": ["README.md"]}, task="commit only the README fix")
+    ctx.recent_calls = [earlier]
+    tree = server_tree(ctx.call)
+    helper = seeded(tree, 200, ["git", "cat-file", "--batch"], "/usr/bin/git", SERVER_KEY)
+    helper.started_by = "c2"
+    send(tree.processes[0], helper, "descendant", sig=15, name="SIGTERM")
+    assert run(ctx, tree) == []
+    launched = DeclaredCall(call_id="c2", server="srv", tool="start_process",
+                            arguments={"command": "python3 -m http.server 8000"})  # fmt: skip
+    ctx.recent_calls = [launched]
+    helper.argv, helper.exe = ["python3", "-m", "http.server", "8000"], "/usr/bin/python3"
+    [v] = run(ctx, tree)
+    assert "not started by this call" in v.evidence[0]
 
 
 def test_a_process_group_signal_is_explained_only_if_every_target_is() -> None:
