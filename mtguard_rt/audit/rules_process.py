@@ -138,7 +138,10 @@ def _own_helper(target: ProcessNode | None, ctx: CallContext) -> bool:
         return True  # spawned by a call older than the history kept: not one this task made
     progs = _programs(target)
     for _key, text in iter_strings(earlier.arguments):
-        if progs & set(re.findall(r"[\w.+-]+", text.lower())):
+        # words of a command line, each as a program name (`/usr/bin/git log` names git; a
+        # path whose folder happens to be called git does not)
+        words = {os.path.basename(w.strip("'\"`;&|()")).lower() for w in text.split()}
+        if progs & words:
             return False
     return True
 

@@ -202,7 +202,8 @@ def test_a_server_ending_its_own_helper_is_allowed_a_process_run_on_request_is_n
     `git_add`: the earlier call never asked for that program, so it is the server's helper.
     A process an earlier call launched because its arguments asked (start_process) is the
     user's: a later unrelated call that kills it is denied."""
-    earlier = DeclaredCall(call_id="c2", server="srv", tool="git_status", arguments={"repo": "."})
+    earlier = DeclaredCall(call_id="c2", server="srv", tool="git_status",
+                           arguments={"repo_path": "/home/me/git/project"})  # fmt: skip
     ctx = ctx_for("git_add", {"files": ["README.md"]}, task="commit only the README fix")
     ctx.recent_calls = [earlier]
     tree = server_tree(ctx.call)
