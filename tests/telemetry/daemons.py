@@ -77,6 +77,15 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _http_ready(port: int) -> bool:
+    """`GET /-/ready` answers 200 (Alertmanager, Prometheus)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
 @dataclass
 class Daemon:
     proc: subprocess.Popen[bytes]
@@ -103,14 +112,7 @@ def run_alertmanager(tmp: Path) -> Iterator[Daemon]:
             stdout=out, stderr=subprocess.STDOUT,
         )
     try:
-        def ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        _wait_until(ready, proc, "alertmanager")
+        _wait_until(lambda: _http_ready(port), proc, "alertmanager")
         yield Daemon(proc, port, log)
     finally:
         _stop(proc)
@@ -148,14 +150,7 @@ def run_prometheus(
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        def ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        _wait_until(ready, proc, "prometheus")
+        _wait_until(lambda: _http_ready(port), proc, "prometheus")
         yield Daemon(proc, port, log)
     finally:
         _stop(proc)
