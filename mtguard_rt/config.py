@@ -54,6 +54,18 @@ class OnlineSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kill_on_touch: bool = True
 
 
+class BetweenSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # what a sandbox does with no call in flight becomes its own audit record (between_calls.py,
+    # monitor/between.py): cut `flush_after_s` after an effect (file, exec, network, kill), at
+    # most once per `min_gap_s` per server, every `flush_every_s` when only forks and exits are
+    # pending, at `max_events`, and when the next call's window opens
+    enabled: bool = True
+    flush_after_s: float = 0.5
+    min_gap_s: float = 2.0
+    flush_every_s: float = 30.0
+    max_events: int = 20_000
+
+
 class ProfileSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # a learned behaviour profile (`mtguard learn`), relative to the config file; a call of a
     # profiled tool whose tree leaves it is a `profile-deviation` violation in this mode
@@ -71,6 +83,7 @@ class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     monitor: MonitorSection = msgspec.field(default_factory=MonitorSection)
     online: OnlineSection = msgspec.field(default_factory=OnlineSection)
+    between: BetweenSection = msgspec.field(default_factory=BetweenSection)
     llm: dict[str, Any] | None = None  # validated by the audit layer's JudgeConfig
     telemetry: dict[str, Any] | None = None  # validated by the telemetry layer's config
     profile: ProfileSection | None = None  # learned behaviour profile (overrides the policy's)

@@ -29,6 +29,7 @@ from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
 from .audit.consent import kernel_write_paths
 from .audit.scope import ServerScope
+from .between_calls import run_between
 from .config import GuardConfig
 from .errors import CallDenied, GuardError, ServerExited
 from .model import AuditRecord
@@ -269,6 +270,8 @@ class Guard:
             )
             self.servers[name] = sup
             supervisors.append(sup)
+            if watch is not None:  # its between-call records, for as long as it is connected
+                await tg.start(run_between, sup)
             stack.callback(self.servers.pop, name, None)
             server = GuardedServer(sup, upstream)
             if handshake:
@@ -334,6 +337,7 @@ async def open_guard(
         if monitor:
             from .agent.client import open_agent_program
             from .monitor import MonitorConfig, open_monitor
+            from .monitor.between import BetweenPolicy
 
             remote, mode = open_agent_program()  # the host's agent, else our own
             _log.info("%s", mode)
@@ -345,6 +349,7 @@ async def open_guard(
                         settle_max_ms=config.monitor.settle_max_ms,
                         ring_pages=config.monitor.ring_pages,
                         workers=config.monitor.workers,  # settle without waiting for them
+                        between=BetweenPolicy(**msgspec.structs.asdict(config.between)),
                     ),
                     program=remote,
                 )

@@ -230,6 +230,7 @@ class Supervisor:
         self.ledger = DispatchLedger(name)
         self._lock = anyio.Lock()
         self._serial = 0
+        self.last_task: str | None = None
         # set after a confidentiality deny: every later call and request is refused and
         # nothing the server sends reaches the host (a server denied for a secret must not
         # hand it over next call; docs/BYPASSES.md)
@@ -323,6 +324,7 @@ class Supervisor:
         )
         meta = meta or {}
         task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
+        self.last_task = task  # the session's task, for the between-call records
         if self.quarantined is not None:
             why = f"the server is quarantined after a confidentiality deny ({self.quarantined})"
             refused = Verdict(

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..audit import ToolPins
+from ..between_calls import is_between
 from ..errors import CallDenied
 from ..guard import Guard
 from ..model import AuditRecord, DeclaredCall, Timings
@@ -285,8 +286,8 @@ async def _one_call(
         run.error = str(exc)
     finally:
         seam.arm(None)
-    if record is None and len(guard.records) > before:
-        record = guard.records[-1]
+    if record is None:  # the call's own record, not a between-call one emitted meanwhile
+        record = next((r for r in reversed(guard.records[before:]) if not is_between(r)), None)
     for key, value in _verdict_fields(record).items():
         setattr(run, key, value)
     denied_before = (

@@ -135,9 +135,10 @@ class TreeBuilder:
         self._order.append(proc)
         return proc
 
-    def adopt(self, other: _Proc) -> _Proc:
+    def adopt(self, other: _Proc, spawned: bool = True) -> _Proc:
         """Carry a live process of another window over (a worker a call left running): same
-        identity and fd table, counted as spawned so its exit and descendants are followed."""
+        identity and fd table, counted as spawned so its exit and descendants are followed
+        (`spawned=False`: the server's own, carried into a between-call period as seeded)."""
         n = other.node
         node = ProcessNode(
             key=n.key,
@@ -150,8 +151,10 @@ class TreeBuilder:
             cwd=other.fs.cwd,
             uid=n.uid,
             start_ns=n.start_ns,
+            learned="observed" if spawned else n.learned,
+            started_by=None if spawned else n.started_by,
         )
-        proc = _Proc(node, other.fs.fork(), spawned=True)
+        proc = _Proc(node, other.fs.fork(), spawned=spawned)
         self._procs[n.pid] = proc
         self._order.append(proc)
         return proc

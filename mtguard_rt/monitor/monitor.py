@@ -22,6 +22,7 @@ import msgspec
 
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
+from .between import BetweenFeed, BetweenPolicy
 from .decode import RawEvent
 from .kinds import ACT_KILL_MODIFY, ACT_KILL_WRITE
 from .loader import load_program
@@ -42,6 +43,8 @@ class MonitorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # drained; processes it spawned that are still alive are workers, followed between calls.
     # False (`mtguard trace`): wait for them, up to settle_max_ms.
     workers: bool = False
+    # between-call records (`Watch.between`, between.py): when they are cut
+    between: BetweenPolicy = msgspec.field(default_factory=BetweenPolicy)
 
 
 class Watch:
@@ -64,6 +67,20 @@ class Watch:
         """Mark exact absolute paths with ACT_* bits (wake the reader, kill on open/exec)
         for this cgroup, until the watch ends. Returns the paths refused."""
         return self._monitor.program.protect(self.cgroup_id, paths)
+
+    @property
+    def between(self) -> BetweenFeed:
+        """This cgroup's between-call periods, fed from now on (made on first use: a watch
+        nobody records between calls for keeps only its tail)."""
+        feeds = self._monitor._feeds
+        feed = feeds.get(self.cgroup_id)
+        if feed is None:
+            idle = DeclaredCall(call_id="between-calls", server="", tool="", arguments={})
+            feed = feeds[self.cgroup_id] = BetweenFeed(idle, self._monitor.config.between)
+            tail = self._monitor._tails.get(self.cgroup_id)
+            if tail is not None:
+                tail.feed = feed
+        return feed
 
     @contextmanager
     def consent(self, paths: Iterable[str]) -> Iterator[list[str]]:
@@ -165,6 +182,7 @@ class Monitor:
         self.events_unrouted = 0
         # per watched cgroup: what happens while no window is open (`Tail`)
         self._tails: dict[int, Tail] = {}
+        self._feeds: dict[int, BetweenFeed] = {}  # per watched cgroup, once asked for
 
     def _on_record(self, raw: bytes) -> None:
         try:
@@ -242,6 +260,7 @@ class Monitor:
                 self._watched[cgroup_id] = left
             else:
                 self._tails.pop(cgroup_id, None)
+                self._feeds.pop(cgroup_id, None)
                 self._paths.pop(cgroup_id, None)
                 self.program.remove_cgroup(cgroup_id)
                 self.program.unprotect(cgroup_id)

@@ -6,8 +6,9 @@ integrity rules' evidence) and follows the *workers* the call left running: proc
 during it and still alive once it settled (git's helpers, a browser), with their descendants.
 Their events are folded into a tree of their own (`BehaviorTree.between` of the next window)
 and handed to the closed call's online hook, so a backgrounded child that acts right after
-the response is seen and, in enforce mode, killed. The server's own activity between calls is
-counted, not recorded.
+the response is seen and, in enforce mode, killed. When the watch has a `BetweenFeed` (a
+supervisor records between-call periods: between.py), every process event, the server's own
+too, is also fed to it, and the period is sealed when the next window opens.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..model import BehaviorTree, DeclaredCall, StdioMessage
+from .between import BetweenFeed
 from .decode import RawEvent
 from .kinds import Kind
 from .window import HOOKED, K_STDIO, LIFECYCLE, EventHook, Window
@@ -45,6 +47,7 @@ class Tail(Window):
         max_events = monitor.config.max_events_per_window
         super().__init__(monitor, cgroup_id, cgroup_path, call, max_events, on_event=on_event)
         self.server_events = 0  # events of processes that are not workers (the server's own)
+        self.feed: BetweenFeed | None = monitor._feeds.get(cgroup_id)
 
     @classmethod
     def after(cls, window: Window) -> Tail:
@@ -57,6 +60,8 @@ class Tail(Window):
             window.on_event,
         )
         tail.terminated_by = window.terminated_by  # a killed call's late forks die too
+        if tail.feed is not None:
+            tail.feed.begin(window)
         for proc in window._builder._order:
             if proc.spawned and proc.alive:
                 tail._builder.adopt(proc)
@@ -65,6 +70,8 @@ class Tail(Window):
     def stop(self) -> None:
         """The next window opened: nothing more is fed (the record ends here)."""
         self.settled_ns = time.monotonic_ns()
+        if self.feed is not None:
+            self.feed.seal()
 
     @property
     def requests(self) -> list[StdioMessage]:
@@ -72,6 +79,8 @@ class Tail(Window):
 
     def _on_event(self, ev: RawEvent) -> None:
         b = self._builder
+        if self.feed is not None:
+            self.feed.feed(ev)
         if ev.kind == K_STDIO:  # what the server read: evidence for the next call's rules
             b.stdio.feed(ev)
             if len(b.stdio.requests) > MAX_BETWEEN:
@@ -81,18 +90,27 @@ class Tail(Window):
         if ev.pid not in b._procs:
             if ev.kind == K_KILLED:
                 self._killed_in_kernel(ev)
+                self._feed_kill(ev.pid, self.kernel_kills[-1])
             self.server_events += 1
             return
         if b.events >= self._max_events and ev.kind not in LIFECYCLE:
             self.overflow += 1
             return
         b.apply(ev)
+        killed = len(self.killed)
         if ev.kind == K_KILLED:
             self._killed_in_kernel(ev)
+            self._feed_kill(ev.pid, self.kernel_kills[-1])
         elif self.terminated_by is not None and ev.kind == K_FORK:
             self._kill(ev.a0, self.terminated_by)
         elif self.on_event is not None and ev.kind in TAIL_HOOKED:
             self._hook(ev)
+        for pid in self.killed[killed:]:  # killed online between calls
+            self._feed_kill(pid, "terminated online", self.terminated_by or "online")
+
+    def _feed_kill(self, pid: int, why: str, rule: str | None = None) -> None:
+        if self.feed is not None:
+            self.feed.killed(pid, why, rule)
 
     def record(self) -> BehaviorTree | None:
         """The workers' between-call tree (None when no worker did anything)."""

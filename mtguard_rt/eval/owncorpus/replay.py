@@ -27,6 +27,7 @@ import anyio
 import msgspec
 
 from ...audit import PolicyEngine, ToolPins
+from ...between_calls import is_between
 from ...config import GuardConfig
 from ...errors import CallDenied
 from ...guard import Guard, open_guard
@@ -195,8 +196,10 @@ async def run_case(
                     run.error = str(exc)[:200]
                 finally:
                     seam.arm(target, None)
-                if record is None and len(guard.records) > before:
-                    record = guard.records[-1]
+                if record is None:  # the call's own, not a between-call record meanwhile
+                    record = next(
+                        (r for r in reversed(guard.records[before:]) if not is_between(r)), None
+                    )
                 _fill(run, record)
                 if c.unsafe:  # the effect showed, and no step of the call failed
                     took = c.expect in run.result and not _FAILED_STEP.search(run.result)

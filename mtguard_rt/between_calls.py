@@ -1,0 +1,103 @@
+"""Between-call periods as audit records: `run_between(supervisor)`, one task per server.
+
+What a sandbox does with no call in flight (the server's own processes, workers earlier calls
+left running) is cut by the monitor's `BetweenFeed` (monitor/between.py, its policy bounds
+how often) and becomes an `AuditRecord` of its own: a synthetic declared call (tool
+`(between calls)`, call id `<server>-between-<n>`), checked by the same post rules with no
+call arguments and no result (the task is the session's: the last call's, else the default),
+and emitted to the supervisor's sink like a call's record (it alerts as a deny does; it does
+not quarantine the server: no call is refused for it). Kills (kernel kill-on-touch, an online
+rule on a worker) are evidence. The task lives in the guard's per-server task group:
+cancelling that group ends it; each wait inside is bounded by the feed's policy.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from .audit import CallContext
+from .audit.provenance import gather
+from .audit.session import session_view
+from .model import AuditRecord, DeclaredCall, Timings, Verdict, Violation
+
+if TYPE_CHECKING:
+    from .monitor.between import BetweenFeed, BetweenPeriod
+    from .supervisor import Supervisor
+
+BETWEEN_TOOL = "(between calls)"
+
+
+def between_call(server: str, seq: int) -> DeclaredCall:
+    """The synthetic declared call a between-call record is about."""
+    return DeclaredCall(call_id=f"{server}-between-{seq}", server=server, tool=BETWEEN_TOOL,
+                        arguments={})
+
+
+def is_between(record: AuditRecord) -> bool:
+    return record.tool == BETWEEN_TOOL and "-between-" in record.call_id
+
+
+async def run_between(
+    sup: Supervisor, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Record the server's between-call periods until cancelled (nothing without a monitor)."""
+    feed: BetweenFeed | None = getattr(sup.watch, "between", None)
+    task_status.started()
+    if feed is None or not feed.policy.enabled:
+        return
+    while True:
+        for period in await feed.next_periods():
+            record = await between_record(sup, period)
+            sup.sink(record, None, None)
+
+
+async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
+    """One between-call cut, post-verified with a neutral context (no arguments, no result)."""
+    t0 = time.perf_counter()
+    call = between_call(sup.name, period.seq)
+    tree = period.tree
+    tree.call = call
+    task = getattr(sup, "last_task", None) or sup.default_task
+    servers = sup.tools_by_server()
+    ctx = CallContext(
+        call=call,
+        task=task,
+        tools_by_server=servers,
+        recent_calls=list(sup.recent),
+        canaries=sup.canaries,
+        untrusted=gather(sup.untrusted, servers, sup.route),
+        session=session_view(sup, servers, sup.route),
+        scope=sup.scope,
+    )
+    post = await sup.engine.post_verify(ctx, tree, {})
+    violations = list(post.violations)
+    if period.kernel_kills:  # as a call's (supervisor._dispatch)
+        why = "a protected path or program was touched: SIGKILLed in the kernel"
+        violations.append(Violation(rule="kill-on-touch", phase="post", mode="enforce",
+                                    reason=why, evidence=list(period.kernel_kills)))
+    for pid, rule in period.online_kills.items():  # a worker killed by the closed call's hook
+        line = f"terminated online between calls: SIGKILL to pid {pid}"
+        same = next((v for v in violations if v.rule == rule), None)
+        if same is None:
+            same = Violation(rule=rule, phase="post", mode="enforce",
+                             reason=f"{rule}: a process was terminated online between calls")
+            violations.append(same)
+        same.mode = "enforce"
+        same.evidence.insert(0, line)
+    deny = any(v.mode == "enforce" for v in violations)
+    verdict = Verdict(
+        decision="deny" if deny else "allow",
+        phase="post" if deny else None,
+        violations=violations,
+        skipped=post.skipped,
+        llm_used=post.llm_used,
+    )
+    timings = Timings(post=(time.perf_counter() - t0) * 1000)
+    record = sup._record(call, task, verdict, tree, timings, t0)
+    record.ts = time.time() - (time.monotonic_ns() - tree.window_start_ns) / 1e9
+    record.terminated = bool(period.kernel_kills or period.online_kills)
+    return record

@@ -1,0 +1,194 @@
+"""The between-call period of one watched cgroup, cut into audit material (issue 14).
+
+A `BetweenFeed` lives as long as its watch. While no call's window is open, every process
+event of the cgroup (the server's own processes and the workers calls left running) is folded
+into a period tree, bounded by `BetweenPolicy.max_events` (more is counted, not kept). The
+tree is cut into a `BetweenPeriod` when the policy says so, never per event: `flush_after_s`
+after the first effect (file, exec, network, a kill) but at most once per `min_gap_s`; after
+`flush_every_s` when only process lifecycle is pending; at once (still the gap) at
+`max_events`; and when the period ends (`seal`: the next window opens, before it seeds, so no
+event loses its place). `next_periods()` is the wait its owner's flush task loops on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from ..model import BehaviorTree, DeclaredCall
+from .builder import TreeBuilder
+from .decode import RawEvent
+from .kinds import Kind
+from .procfs import read_process
+from .window import HOOKED, K_STDIO, LIFECYCLE
+
+if TYPE_CHECKING:
+    from .window import Window
+
+EFFECTS = frozenset(HOOKED) | {int(Kind.KILLED)}  # what makes a period worth a record soon
+K_KILLED = int(Kind.KILLED)
+
+
+class BetweenPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """When a between-call record is cut (documented in README, "Between calls")."""
+
+    enabled: bool = True
+    flush_after_s: float = 0.5  # an effect is recorded this long after it (its burst batched)
+    min_gap_s: float = 2.0  # at most one record per this many seconds per server
+    flush_every_s: float = 30.0  # only forks and exits pending: one record this often
+    max_events: int = 20_000  # events per record (~300 B each): reached, the cut is due now
+
+
+class BetweenPeriod(msgspec.Struct, kw_only=True):
+    """One cut of a between-call period: its tree, what was killed in the kernel, whether the
+    period ended with it (the next call's window opened)."""
+
+    seq: int
+    tree: BehaviorTree
+    kernel_kills: list[str] = msgspec.field(default_factory=list)  # kill-on-touch evidence
+    online_kills: dict[int, str] = msgspec.field(default_factory=dict)  # pid -> online rule
+    ended: bool = False
+
+
+class BetweenFeed:
+    def __init__(self, server_call: DeclaredCall, policy: BetweenPolicy) -> None:
+        self.policy = policy
+        self._call = server_call
+        self._builder: TreeBuilder | None = None
+        self._pending = 0  # events folded since the last cut
+        self._first_ns: int | None = None  # monotonic ns of the first pending event
+        self._effect_ns: int | None = None  # ... of the first pending effect
+        self._last_cut_ns = 0
+        self._overflow = 0
+        self._kills: list[str] = []
+        self._online: dict[int, str] = {}
+        self._ready: list[BetweenPeriod] = []
+        self._wake = anyio.Event()
+        self.seq = 0
+        self.cut_total = 0
+
+    # -- fed by the tail (event loop thread, synchronous) --------------------------------
+    def begin(self, window: Window | None = None) -> None:
+        """A new period: the closed window's live processes carried over (its workers as
+        spawned, the server's own as seeded). What was pending is cut first."""
+        if self._pending:
+            self._cut(ended=True)
+        now = time.monotonic_ns()
+        self._builder = TreeBuilder(self._call, now, lookup=read_process)
+        if window is not None:
+            for proc in window._builder._order:
+                if proc.alive:
+                    self._builder.adopt(proc, spawned=proc.spawned)
+
+    def feed(self, ev: RawEvent) -> None:
+        if not self.policy.enabled or ev.kind == K_STDIO:
+            return  # what the server read is the integrity rules' (next window's stdio)
+        if self._builder is None:
+            self.begin()
+        b = self._builder
+        assert b is not None
+        if self._pending >= self.policy.max_events and ev.kind not in LIFECYCLE:
+            self._overflow += 1
+            return
+        b.apply(ev)
+        self._pending += 1
+        now = time.monotonic_ns()
+        if self._first_ns is None:
+            self._first_ns = now
+        if ev.kind in EFFECTS and self._effect_ns is None:
+            self._effect_ns = now
+            self._wake.set()
+        if self._pending >= self.policy.max_events:
+            self._wake.set()
+
+    def killed(self, pid: int, why: str, rule: str | None = None) -> None:
+        """A process of the period was killed: in the kernel (`why`: its evidence) or by the
+        online rule `rule`."""
+        proc = self._builder._procs.get(pid) if self._builder is not None else None
+        if proc is not None and proc.node.killed_by is None:
+            proc.node.killed_by = rule or "kill-on-touch"
+        if rule is None:
+            self._kills.append(why)
+        else:
+            self._online[pid] = rule
+        if self._effect_ns is None:
+            self._effect_ns = time.monotonic_ns()
+        self._wake.set()
+
+    def seal(self) -> None:
+        """The period ends (a window opens): what is pending is cut now."""
+        if self._pending or self._kills or self._online:
+            self._cut(ended=True)
+        self._builder = None
+
+    # -- the policy ------------------------------------------------------------------------
+    def due_ns(self) -> int | None:
+        """When the pending events are to be cut (monotonic ns), None: nothing pending."""
+        if not (self._pending or self._kills or self._online):
+            return None
+        p = self.policy
+        gap = self._last_cut_ns + int(p.min_gap_s * 1e9)
+        if self._pending >= p.max_events:
+            return gap
+        if self._effect_ns is not None:
+            return max(self._effect_ns + int(p.flush_after_s * 1e9), gap)
+        assert self._first_ns is not None
+        return max(self._first_ns + int(p.flush_every_s * 1e9), gap)
+
+    def take(self) -> list[BetweenPeriod]:
+        """The cuts ready now (sealed periods, and the open one if it is due)."""
+        due = self.due_ns()
+        if due is not None and time.monotonic_ns() >= due:
+            self._cut(ended=False)
+        out, self._ready = self._ready, []
+        return out
+
+    async def next_periods(self) -> list[BetweenPeriod]:
+        """Wait until a cut is ready (its owner's task loops on this; cancel releases it)."""
+        while True:
+            out = self.take()
+            if out:
+                return out
+            self._wake = anyio.Event()
+            due = self.due_ns()
+            if due is None:
+                await self._wake.wait()
+            else:
+                with anyio.move_on_after(max(0.0, (due - time.monotonic_ns()) / 1e9)):
+                    await self._wake.wait()
+
+    def _cut(self, ended: bool) -> None:
+        b = self._builder
+        now = time.monotonic_ns()
+        if b is not None and (self._pending or self._kills or self._online):
+            reasons = []
+            if self._overflow:
+                reasons.append(f"between-call event limit reached: {self._overflow} events lost")
+            drops = {"window_overflow": self._overflow} if self._overflow else {}
+            wall = time.time_ns() - time.monotonic_ns()
+            tree = b.build(now, reasons, drops, wall)
+            tree.stdio = None  # the requests read meanwhile are the next window's evidence
+            self.seq += 1
+            self.cut_total += 1
+            self._ready.append(
+                BetweenPeriod(
+                    seq=self.seq,
+                    tree=tree,
+                    kernel_kills=self._kills,
+                    online_kills=self._online,
+                    ended=ended,
+                )
+            )
+            self._wake.set()
+            if not ended:  # the period goes on: its live processes carried into the next cut
+                nb = TreeBuilder(self._call, now, lookup=read_process)
+                for proc in b._order:
+                    if proc.alive:
+                        nb.adopt(proc, spawned=proc.spawned)
+                self._builder = nb
+        self._pending, self._first_ns, self._effect_ns = 0, None, None
+        self._overflow, self._kills, self._online = 0, [], {}
+        self._last_cut_ns = now
