@@ -7,7 +7,8 @@ tree is cut into a `BetweenPeriod` when the policy says so, never per event: `fl
 after the first effect (file, exec, network, a kill) but at most once per `min_gap_s`; after
 `flush_every_s` when only process lifecycle is pending; at once (still the gap) at
 `max_events`; and when the period ends (`seal`: the next window opens, before it seeds, so no
-event loses its place). `next_periods()` is the wait its owner's flush task loops on.
+event loses its place). The start-up, before the first call's window, is not a between-call
+period (not recorded here). `next_periods()` is the wait its owner's flush task loops on.
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class BetweenFeed:
         self._wake = anyio.Event()
         self.seq = 0
         self.cut_total = 0
+        self._called = False  # a window has opened: the start-up is over
 
     # -- fed by the tail (event loop thread, synchronous) --------------------------------
     def begin(self, window: Window | None = None) -> None:
         """A new period: the closed window's live processes carried over (its workers as
         spawned, the server's own as seeded). What was pending is cut first."""
+        self._called = self._called or window is not None
         if self._pending:
             self._cut(ended=True)
         now = time.monotonic_ns()
@@ -87,6 +90,8 @@ class BetweenFeed:
         if not self.policy.enabled or ev.kind == K_STDIO:
             return  # what the server read is the integrity rules' (next window's stdio)
         if self._builder is None:
+            if not self._called:
+                return  # the server starting up, before any call: not between calls
             self.begin()
         b = self._builder
         assert b is not None
@@ -123,6 +128,7 @@ class BetweenFeed:
         if self._pending or self._kills or self._online:
             self._cut(ended=True)
         self._builder = None
+        self._called = True
 
     # -- the policy ------------------------------------------------------------------------
     def due_ns(self) -> int | None:

@@ -28,7 +28,19 @@ def opened(path: str, pid: int = SERVER) -> RawEvent:
 
 
 def feed(**policy: float) -> BetweenFeed:
-    return BetweenFeed(CALL, BetweenPolicy(**policy))  # type: ignore[arg-type]
+    f = BetweenFeed(CALL, BetweenPolicy(**policy))  # type: ignore[arg-type]
+    f.seal()  # a first call's window opened: what follows is between calls
+    return f
+
+
+def test_the_start_up_before_any_call_is_not_a_between_period() -> None:
+    f = BetweenFeed(CALL, BetweenPolicy(flush_after_s=0.0, min_gap_s=0.0))
+    f.feed(opened("/usr/lib/python3/site.py"))
+    assert f.due_ns() is None and f.take() == []
+    f.seal()  # the first window opens, then closes: from now on it is recorded
+    f.feed(opened("/ws/after"))
+    (period,) = f.take()
+    assert [e.path for p in period.tree.processes for e in p.files] == ["/ws/after"]
 
 
 def test_nothing_pending_is_never_due() -> None:
@@ -109,6 +121,7 @@ def test_kills_are_evidence_and_make_the_cut_due() -> None:
 
 def test_disabled_feeds_nothing() -> None:
     f = BetweenFeed(CALL, BetweenPolicy(enabled=False))
+    f.seal()
     f.feed(opened("/ws/a"))
     f.seal()
     assert f.take() == []
