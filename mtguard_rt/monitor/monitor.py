@@ -163,11 +163,13 @@ class Watch:
                     tree.stdio.between_calls = between.requests
                 tree.between = between.record()
             if self.cgroup_id in mon._watched:  # until the next window: the between-call record
-                mon._tails[self.cgroup_id] = (
+                mon._tails[self.cgroup_id] = tail = (
                     Tail.after(win)
                     if mon.config.workers
                     else Tail(mon, self.cgroup_id, self.cgroup_path)
                 )
+                if tail.feed is not None and not mon.config.workers:
+                    tail.feed.begin(win)  # the between-call period starts (Tail.after: too)
 
 
 class Monitor:

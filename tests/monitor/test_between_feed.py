@@ -4,10 +4,13 @@ what a cut holds, and that it is bounded (never per event, never more than `max_
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
+from mtguard_rt.config import BetweenSection, load_config
 from mtguard_rt.model import DeclaredCall
 from mtguard_rt.monitor.between import BetweenFeed, BetweenPolicy
 from mtguard_rt.monitor.decode import RawEvent
@@ -144,3 +147,14 @@ async def test_next_periods_wakes_on_an_effect_and_is_bounded() -> None:
     waited = time.monotonic() - got[0]
     assert 0.04 <= waited < 1.0, waited
     assert [e.path for p in period.tree.processes for e in p.files] == ["/ws/late"]
+
+
+def test_the_config_section_is_the_policy(tmp_path: Path) -> None:
+    """`[between]` in the guard's TOML holds exactly the policy's fields and defaults (the
+    guard converts one into the other)."""
+    assert msgspec.structs.asdict(BetweenSection()) == msgspec.structs.asdict(BetweenPolicy())
+    path = tmp_path / "guard.toml"
+    path.write_text("[between]\nflush_after_s = 0.25\nmin_gap_s = 1\n")
+    section = load_config(path).between
+    policy = BetweenPolicy(**msgspec.structs.asdict(section))
+    assert (policy.flush_after_s, policy.min_gap_s, policy.enabled) == (0.25, 1.0, True)
