@@ -13,6 +13,7 @@ cancelling that group ends it; each wait inside is bounded by the feed's policy.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 BETWEEN_TOOL = "(between calls)"
+_log = logging.getLogger(__name__)
 
 
 def between_call(server: str, seq: int) -> DeclaredCall:
@@ -51,8 +53,11 @@ async def run_between(
         return
     while True:
         for period in await feed.next_periods():
-            record = await between_record(sup, period)
-            sup.sink(record, None, None)
+            try:
+                record = await between_record(sup, period)
+                sup.sink(record, None, None)
+            except Exception as exc:  # a broken rule or sink must not end the server's guard
+                _log.warning("%s: between-call record %d lost: %r", sup.name, period.seq, exc)
 
 
 async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
