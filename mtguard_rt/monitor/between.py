@@ -177,6 +177,8 @@ class BetweenFeed:
             wall = time.time_ns() - time.monotonic_ns()
             tree = b.build(now, reasons, drops, wall)
             tree.stdio = None  # the requests read meanwhile are the next window's evidence
+            for node in tree.processes:  # no call to hold: a live one goes on in the next cut
+                node.still_running = False
             self.seq += 1
             self.cut_total += 1
             self._ready.append(

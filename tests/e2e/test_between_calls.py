@@ -2,7 +2,7 @@
 which, 2 s after the call answered, reads the canary or appends to ~/.bashrc yields an audit
 record of its own, WITHOUT a further call, with the rule and its evidence, and (enforce) the
 job is killed; a benign background job writing its own log in the workspace yields a between
-record with no violation that denies."""
+record with no violation at all."""
 
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ async def test_a_benign_background_log_writer_yields_a_record_that_does_not_deny
     assert (ws / "job.log").read_text().split("\n")[:3] == ["tick 1", "tick 2", "tick 3"]
     print("benign between records:", [(r.call_id, r.rules) for r in between])
     for r in between:
-        assert r.decision == "allow", [(v.rule, v.reason, v.evidence) for v in r.violations]
+        assert not r.violations, [(v.rule, v.reason, v.evidence) for v in r.violations]
+        assert r.decision == "allow"
         assert not r.terminated
     wrote = [
         f.path for r in between if r.tree for p in r.tree.processes for f in p.files

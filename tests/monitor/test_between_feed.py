@@ -158,3 +158,13 @@ def test_the_config_section_is_the_policy(tmp_path: Path) -> None:
     section = load_config(path).between
     policy = BetweenPolicy(**msgspec.structs.asdict(section))
     assert (policy.flush_after_s, policy.min_gap_s, policy.enabled) == (0.25, 1.0, True)
+
+
+def test_a_live_process_is_not_still_running_in_a_cut() -> None:
+    """A between cut holds no call: a process alive at the cut is carried into the next one,
+    not "left running" (`incomplete-tree` would note it on every record of a busy server)."""
+    f = feed(flush_after_s=0.0, min_gap_s=0.0)
+    f.feed(ev(Kind.FORK, a0=CHILD))
+    f.feed(opened("/ws/one", CHILD))
+    (period,) = f.take()
+    assert [p.still_running for p in period.tree.processes] == [False, False]
