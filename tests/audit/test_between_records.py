@@ -110,3 +110,20 @@ async def test_run_between_emits_without_a_call_and_survives_a_broken_sink() -> 
             tg.cancel_scope.cancel()
     (rec,) = got
     assert rec.call_id == "srv-between-2" and "canary-touched" in rec.rules
+
+
+@pytest.mark.anyio
+async def test_a_between_record_becomes_spans_and_alerts_as_a_deny() -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    from mtguard_rt.telemetry.alerts import alert_kinds
+    from mtguard_rt.telemetry.spans import SpanBuilder, new_trace_id
+
+    feed = _feed()
+    feed.feed(_open(f"{HOME}/.ssh/id_rsa"))
+    feed.seal()
+    (period,) = feed.take()
+    rec = await between_record(_supervisor(feed, lambda *a: None), period)
+    spans = SpanBuilder(Resource.create({"service.name": "test"})).build(rec, new_trace_id())
+    assert spans and any(BETWEEN_TOOL in s.name for s in spans), [s.name for s in spans]
+    assert "deny" in alert_kinds(rec, None, ["deny"])
