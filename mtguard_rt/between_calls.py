@@ -23,13 +23,12 @@ import anyio.abc
 from .audit import CallContext
 from .audit.provenance import gather
 from .audit.session import session_view
-from .model import AuditRecord, DeclaredCall, Timings, Verdict, Violation
+from .model import BETWEEN_TOOL, AuditRecord, DeclaredCall, Timings, Verdict, Violation
 
 if TYPE_CHECKING:
     from .monitor.between import BetweenFeed, BetweenPeriod
     from .supervisor import Supervisor
 
-BETWEEN_TOOL = "(between calls)"
 _log = logging.getLogger(__name__)
 
 

@@ -22,6 +22,10 @@ Phase = Literal["pre", "post"]
 Mode = Literal["enforce", "observe", "off"]
 
 
+# the tool name of a between-call record's synthetic call (no call was in flight)
+BETWEEN_TOOL = "(between calls)"
+
+
 class DeclaredCall(msgspec.Struct, kw_only=True):
     """A `tools/call` as the agent declared it (what the pre-audit judged)."""
 

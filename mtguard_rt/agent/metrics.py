@@ -97,6 +97,10 @@ class AgentMetrics:
             "mtguard_kills_total", "Processes mtguard SIGKILLed, by what decided the kill."
         )
         self.rollbacks = Counter("mtguard_rollbacks_total", "Workspace rollbacks by action.")
+        self.between = Counter(
+            "mtguard_between_records_total",
+            "Records of what a sandbox did with no call in flight, by server and decision.",
+        )
         self.stages = Histogram(
             "mtguard_audit_stage_ms", "The guard's own time per call stage (ms).", STAGE_BUCKETS_MS
         )
@@ -104,8 +108,9 @@ class AgentMetrics:
 
     def observe(self, rep: CallReport) -> None:
         server = (("server", rep.server),)
-        self.calls.inc((*server, ("decision", rep.decision), ("mode", rep.mode)))
-        if rep.decision == "deny":
+        family = self.between if rep.between else self.calls
+        family.inc((*server, ("decision", rep.decision), ("mode", rep.mode)))
+        if rep.decision == "deny":  # a between record's deny too: it alerts like a call's
             self.denials.inc((("mode", rep.mode),))
         for rule, phase, mode in rep.violations:
             self.violations.inc((("rule", rule), ("phase", phase), ("mode", mode)))
@@ -118,8 +123,8 @@ class AgentMetrics:
 
     def render(self, status: dict[str, Any]) -> str:
         lines: list[str] = []
-        families = (self.calls, self.denials, self.violations, self.kills, self.rollbacks,
-                    self.stages)  # fmt: skip
+        families = (self.calls, self.between, self.denials, self.violations, self.kills,
+                    self.rollbacks, self.stages)  # fmt: skip
         for family in families:
             lines += family.render()
         gauges = (

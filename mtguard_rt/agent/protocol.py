@@ -42,6 +42,7 @@ class CallReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     violations: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
     kills: list[str] = msgspec.field(default_factory=list)  # per killed process: what decided
     rollback: str = ""  # the rollback's action, when one ran
+    between: bool = False  # a between-call record (no call was in flight), not a call
     stages_ms: dict[str, float] = msgspec.field(default_factory=dict)  # pre settle post total
 
 

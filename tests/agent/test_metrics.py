@@ -57,10 +57,13 @@ def test_reports_are_counted_by_decision_rule_kill_rollback_and_stage() -> None:
         kills=["online-rule", "kill-on-touch"], rollback="restored",
         stages_ms={"pre": 3.0, "total": 3.5},
     ))  # fmt: skip
+    met.observe(report(decision="deny", between=True, stages_ms={}))
     got = samples(met.render(STATUS))
     assert got['mtguard_calls_total{server="git",decision="allow",mode="enforce"}'] == 1
+    key = 'mtguard_between_records_total{server="git",decision="deny",mode="enforce"}'
+    assert got[key] == 1  # not a call
     assert got['mtguard_calls_total{server="git",decision="deny",mode="enforce"}'] == 1
-    assert got['mtguard_denials_total{mode="enforce"}'] == 1
+    assert got['mtguard_denials_total{mode="enforce"}'] == 2
     assert got['mtguard_denials_total{mode="observe"}'] == 0  # there from the start
     key = 'mtguard_rule_violations_total{rule="sensitive-file-arg",phase="pre",mode="enforce"}'
     assert got[key] == 1
