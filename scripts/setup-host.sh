@@ -44,8 +44,10 @@ if ! docker version >/dev/null 2>&1; then
   [ -n "$dockerd_bin" ] || die "dockerd not found after installing docker.io"
   log "starting dockerd (--bridge=none --iptables=false --ip6tables=false)"
   mkdir -p /var/log
-  nohup "$dockerd_bin" --bridge=none --iptables=false --ip6tables=false \
-    >/var/log/mtguard-dockerd.log 2>&1 &
+  # its own session: a daemon must not die with the process group of whoever ran this
+  # script (a terminal closed, a CI step or tool job ended and its group killed)
+  setsid nohup "$dockerd_bin" --bridge=none --iptables=false --ip6tables=false \
+    >>/var/log/mtguard-dockerd.log 2>&1 </dev/null &
   for _ in $(seq 1 120); do
     docker version >/dev/null 2>&1 && break
     sleep 0.5
