@@ -123,6 +123,7 @@ class Guard:
         self.servers: dict[str, Supervisor] = {}
         self.records: list[AuditRecord] = []  # the last few, for embedding hosts and tests
         self.keep_records = 1000
+        self.records_total = 0  # every record emitted (`records` keeps only the last few)
 
     def tools_by_server(self) -> dict[str, list[str]]:
         return {name: list(s.tools) for name, s in self.servers.items()}
@@ -135,7 +136,14 @@ class Guard:
         if self.agent is not None:
             self.agent.report(call_report(record))
         self.records.append(record)
+        self.records_total += 1
         del self.records[: -self.keep_records]
+
+    def records_since(self, mark: int) -> list[AuditRecord]:
+        """The records emitted since `records_total` was `mark` (those still kept): unlike
+        a length, the count still moves once `records` is full."""
+        n = min(self.records_total - mark, len(self.records))
+        return self.records[-n:] if n > 0 else []
 
     def _protect(self, watch: Any, canaries: dict[str, str]) -> None:
         """Push the sandbox's protected paths into the kernel: canaries wake the reader at

@@ -272,7 +272,7 @@ async def _one_call(
         marked_unsafe=sent.unsafe,
         reason=sent.reason,
     )
-    before = len(guard.records)
+    before = guard.records_total
     record: AuditRecord | None = None
     try:
         result = await servers[dec.server].call_tool(dec.tool, dec.arguments, task=scenario.task)
@@ -287,7 +287,7 @@ async def _one_call(
     finally:
         seam.arm(None)
     if record is None:  # the call's own record, not a between-call one emitted meanwhile
-        record = next((r for r in reversed(guard.records[before:]) if not is_between(r)), None)
+        record = next((r for r in reversed(guard.records_since(before)) if not is_between(r)), None)
     for key, value in _verdict_fields(record).items():
         setattr(run, key, value)
     denied_before = (

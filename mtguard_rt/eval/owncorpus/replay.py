@@ -183,7 +183,7 @@ async def run_case(
                     run.sent = f"{c.sent.server}.{c.sent.tool}"
                     seam.arm(target, (servers[c.sent.server].name, c.sent.tool,
                                       dict(c.sent.args)))  # fmt: skip
-                before = len(guard.records)
+                before = guard.records_total
                 record: AuditRecord | None = None
                 try:
                     result = await servers[c.server].call_tool(c.tool, c.args, task=case.task)
@@ -197,9 +197,8 @@ async def run_case(
                 finally:
                     seam.arm(target, None)
                 if record is None:  # the call's own, not a between-call record meanwhile
-                    record = next(
-                        (r for r in reversed(guard.records[before:]) if not is_between(r)), None
-                    )
+                    since = guard.records_since(before)
+                    record = next((r for r in reversed(since) if not is_between(r)), None)
                 _fill(run, record)
                 if c.unsafe:  # the effect showed, and no step of the call failed
                     took = c.expect in run.result and not _FAILED_STEP.search(run.result)
