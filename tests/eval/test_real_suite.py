@@ -146,6 +146,14 @@ def test_an_all_digit_short_hash_in_a_hash_field_is_masked_but_other_numbers_are
     assert "<hex>" in normalise_text(escaped, {})
     assert normalise_text('{"count": 7431126}', {}) != normalise_text('{"count": 7431127}', {})
 
+
+def test_an_all_digit_abbreviated_hash_in_text_is_not_a_broken_call() -> None:
+    a = _text("3264486 Invoice totals from time sheets\n")
+    b = _text("9f1c2ab Invoice totals from time sheets\n")
+    assert _classify(a, b) == ("ok", "")
+    c = _text("9f1c2ab Invoice totals from time sheets (4 rows)\n")
+    assert _classify(a, c)[0] == "broken"  # any other difference still counts
+
 def test_normalise_keeps_real_differences() -> None:
     subs: dict[str, str] = {}
     assert normalise_text("affected_rows: 4", subs) != normalise_text("affected_rows: 0", subs)

@@ -128,6 +128,23 @@ def classify(
         return "session-error", f"unguarded answer was {said}: {text_of(unguarded)[:200]}"
     a = normalise(unguarded, subs_unguarded)
     b = normalise(guarded, subs_guarded)
-    if a != b:
+    if a != b and _digits_as_hex(a) != _digits_as_hex(b):
         return "broken", diff(a, b)
     return "ok", ""
+
+
+_DIGIT_RUN = re.compile(r"(?<![\w.])\d{7,40}(?![\w.])")
+
+
+def _digits_as_hex(value: Any) -> Any:
+    """`value` with every bare run of 7-40 digits read as a hex id: an abbreviated commit
+    hash is all digits about 4% of the time (`git log --oneline`), which the hex pattern
+    (it needs a letter, or any count would be masked) cannot tell from a number. Only a
+    difference that is nothing else is forgiven."""
+    if isinstance(value, str):
+        return _DIGIT_RUN.sub("<hex>", value)
+    if isinstance(value, list):
+        return [_digits_as_hex(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _digits_as_hex(v) for k, v in value.items()}
+    return value
