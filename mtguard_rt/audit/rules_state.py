@@ -288,20 +288,20 @@ def _tool_words(tool: str) -> set[str]:
 
 def destructive_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     """The pre-execution twin: the declared tool says it destroys or changes (a word of
-    `lists.destructive_words` in its name: delete_note, closeTicket; or an explicit
-    `destructiveHint`) and the task asks for no change. The tool's word, not an effect:
-    observe by default (`unrequested-change` judges what really happened)."""
+    `lists.destructive_words` in its name: delete_note, closeTicket) and the task asks for
+    no change. The tool's word, not an effect: observe by default (`unrequested-change`
+    judges what really happened). `destructiveHint` is not read: MCP makes it true by default
+    for every tool that is not read-only, and servers set it for changes of their own state
+    (a browser's page on navigate), so it says nothing about the user's data."""
     if ctx.task_text is None:
         return []
     if TaskIntent.of(ctx.task_text, _vocab(policy)).asks_change:
         return []
     said = _tool_words(ctx.call.tool) & set(policy.spec.lists.destructive_words)
     ann = ctx.annotations if isinstance(ctx.annotations, dict) else {}
-    hint = ann.get("destructiveHint") is True and ann.get("readOnlyHint") is not True
-    if not (said or hint):
+    if not said or ann.get("readOnlyHint") is True:
         return []
-    why = (f"the tool's name says {', '.join(sorted(said))}" if said
-           else "the tool's annotations say destructiveHint")  # fmt: skip
+    why = f"the tool's name says {', '.join(sorted(said))}"
     task = ctx.task_text[:MAX_TASK_CHARS]
     reason = "a tool that destroys or changes data, on a task that asks for no change"
     return [violation(PRE_RULE, policy, "pre", reason,

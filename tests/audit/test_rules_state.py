@@ -216,8 +216,11 @@ def test_the_pre_twin_records_a_destructive_tool_on_a_read_only_task() -> None:
     assert destructive_call(ctx_for("read_note", {"name": "a"}, task="Read 'a'."), POLICY) == []
     hinted = ctx_for("purgeCache", {}, task="Show the cache size.")
     hinted.annotations = {"destructiveHint": True}
-    assert destructive_call(hinted, POLICY)  # a name word and the hint
-    quiet = ctx_for("tidy", {}, task="Show the cache size.")
+    assert destructive_call(hinted, POLICY)  # the name word
+    navigate = ctx_for("browser_navigate", {"url": "https://example.org"}, task="Show the page.")
+    navigate.annotations = {"destructiveHint": True}  # MCP's default; a browser's own state
+    assert destructive_call(navigate, POLICY) == []
+    quiet = ctx_for("purgeCache", {}, task="Show the cache size.")
     quiet.annotations = {"destructiveHint": True, "readOnlyHint": True}
     assert destructive_call(quiet, POLICY) == []  # contradictory hints: the narrower wins
     assert PolicyEngine(POLICY).pre_rules(ctx).violations[-1].rule == "destructive-call"
