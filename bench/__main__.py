@@ -33,6 +33,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "agent_startup": ("agent_startup.py", ["--starts", "3"]),  # proxy start, agent vs own BPF
     "bpf_tax": ("bpf_tax.py", ["--rounds", "3", "--calls", "150"]),
     "stdio_integrity": ("stdio_integrity.py", ["--pairs", "100000", "--calls", "200"]),
+    "stdin_gate": ("stdin_gate.py", ["--calls", "200", "--rounds", "2"]),  # gated vs not, per call
     "guard_overhead": ("guard_overhead.py", ["--calls", "200", "--proxy-calls", "100"]),
     "real_latency": ("real_latency.py", ["--calls", "150"]),  # mcp-server-git, 4 ways
     "load": ("load.py", []),  # the sizes: 1,000 sequential, 8 servers x 100
