@@ -1,6 +1,6 @@
 """The own attack corpus (issue 15), whole: every case replayed through the guard, observe.
 
-    .venv/bin/python bench/own_corpus.py [--out DIR]
+    .venv/bin/python bench/own_corpus.py [--set dev|held-out|all] [--out DIR]
 
 Runs `mtguard eval --suite own` and prints per class and per source the detection rate and
 false positives (with the 95% upper bound), then one SUMMARY line. The report
@@ -28,9 +28,12 @@ def _cell(r: dict[str, int]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "eval-out-own"), help="report folder")
+    ap.add_argument("--set", default="dev", choices=("dev", "held-out", "all"),
+                    help="dev (default), held-out (written blind to the rules) or all")
     opts = ap.parse_args()
-    print(f"machine: {machine()}", flush=True)
-    cmd = [sys.executable, "-m", "mtguard_rt", "eval", "--suite", "own", "--out", opts.out]
+    print(f"machine: {machine()}, set {opts.set}", flush=True)
+    cmd = [sys.executable, "-m", "mtguard_rt", "eval", "--suite", "own", "--set", opts.set,
+           "--out", opts.out]  # fmt: skip
     try:
         done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S,
                               check=False)
