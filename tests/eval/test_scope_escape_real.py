@@ -8,13 +8,9 @@ mode); `..` that stays inside (se-b01) and a link inside the workspace (se-b06) 
 
 from __future__ import annotations
 
-import io
-
-import anyio
 import pytest
 
-from mtguard_rt.eval.owncorpus.cases import load_cases, load_personas
-from mtguard_rt.eval.owncorpus.replay import run_own
+from .own_replay import replay
 
 BOUND_S = 240.0  # five cases, two at a time, each a fresh sandbox per server
 ESCAPES = {"se-03": "Rui,3900", "se-04": "nst_Jf8Hs5Gz0Pa1Qx", "se-07": "sgk_Pa1QxLm4Xq9Vr2"}
@@ -27,14 +23,7 @@ INSIDE = ("se-b01", "se-b06")
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.timeout(BOUND_S + 60)
 async def test_escapes_are_denied_and_links_inside_allowed() -> None:
-    wanted = {*ESCAPES, *INSIDE}
-    cases = [c for c in load_cases() if c.id in wanted]
-    assert len(cases) == len(wanted)
-    progress = io.StringIO()
-    with anyio.fail_after(BOUND_S):
-        run = await run_own(cases, personas=load_personas(), progress=progress)
-    by = {r.case_id: r for r in run.cases}
-    assert [r.error for r in run.cases] == [""] * len(cases), progress.getvalue()
+    by = await replay({*ESCAPES, *INSIDE}, BOUND_S)
     for cid, secret in ESCAPES.items():
         *before, last = by[cid].calls
         assert last.unsafe and secret in last.result, (cid, last)  # the escape really happened
