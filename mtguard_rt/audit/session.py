@@ -15,6 +15,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import msgspec
@@ -95,13 +96,19 @@ class SessionLog:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SessionView:
-    tools: tuple[SessionTool, ...] = ()
     calls: tuple[SessionCall, ...] = ()  # oldest first, at most RECENT_CALLS
+    # (server, its tools/list listing): stripped into `tools` only when the judge's prompt
+    # asks, not on every call's context
+    listings: tuple[tuple[str, Any], ...] = ()
+
+    @cached_property
+    def tools(self) -> tuple[SessionTool, ...]:
+        return tuple(t for server, listing in self.listings for t in _tools_of(server, listing))
 
     def __bool__(self) -> bool:
-        return bool(self.tools or self.calls)
+        return bool(self.calls or self.tools)
 
 
 def _tools_of(server: str, listing: Any) -> list[SessionTool]:
@@ -131,15 +138,14 @@ def session_view(
             other = route(name) if name != own.name else None
             if other is not None and other is not own:
                 members.append(other)
-    tools: list[SessionTool] = []
     calls: list[SessionCall] = []
     for m in members:
-        tools += _tools_of(str(m.name), getattr(m, "tools", None))
         log = getattr(m, "session", None)
         if isinstance(log, SessionLog):
             calls += log.calls
     calls.sort(key=lambda c: c.seq)
-    return SessionView(tools=tuple(tools), calls=tuple(calls[-RECENT_CALLS:]))
+    listings = tuple((str(m.name), getattr(m, "tools", None)) for m in members)
+    return SessionView(calls=tuple(calls[-RECENT_CALLS:]), listings=listings)
 
 
 def render_registry(view: SessionView | None, limit: int = MAX_REGISTRY_CHARS) -> str:
