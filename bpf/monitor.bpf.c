@@ -675,13 +675,17 @@ static __always_inline long io_chunk(struct event *e, const char *src, u64 n)
  * ring buffer stops the reader (SIGSTOP to its thread group, on its way back to user
  * space) until user space has checked what it read (a swapped, routed or replayed
  * tools/call is killed, anything else continued: monitor/window.py). A read not wholly
- * captured never stops. */
-static __always_inline void io_gate(void)
+ * captured never stops.
+ * The stop is sent before the first record, never after the last: user space continues
+ * the reader as soon as it sees the last record, and a SIGSTOP sent after that SIGCONT
+ * would stop the server for good (a race on two cores, measured: tests/monitor/
+ * test_stdio_integrity.py). A record that does not reach the ring buffer takes the stop
+ * back (SIGCONT from this same thread: it cancels the pending SIGSTOP). */
+static __always_inline u32 io_gated(void)
 {
     u64 cg = bpf_get_current_cgroup_id();
     u8 *mode = cgroups.lookup(&cg);
-    if (mode && (*mode & MT_CG_GATE))
-        bpf_send_signal(19); /* SIGSTOP */
+    return mode && (*mode & MT_CG_GATE);
 }
 
 static __always_inline int io_exit(long ret)
@@ -708,7 +712,9 @@ static __always_inline int io_exit(long ret)
     if (ret > MT_IO_CAP)
         e->flags |= EVF_TRUNC1;
     if (!p.vec) {
-        u32 whole = 1;
+        u32 gated = p.stream == MT_WIRE_STDIN && io_gated();
+        if (gated)
+            bpf_send_signal(19); /* SIGSTOP, before user space can see the read */
         for (u32 i = 0; i < MT_IO_CAP / MT_IO_CHUNK; i++) {
             u64 cap = e->a2 > MT_IO_CAP ? MT_IO_CAP : e->a2;
             u64 off = (u64)i * MT_IO_CHUNK;
@@ -717,12 +723,11 @@ static __always_inline int io_exit(long ret)
             u64 n = cap - off > MT_IO_CHUNK ? MT_IO_CHUNK : cap - off;
             e->a1 = off;
             if (io_chunk(e, (const char *)p.buf + off, n) < 0) {
-                whole = 0;
+                if (gated)
+                    bpf_send_signal(18); /* SIGCONT: not wholly captured, never stopped */
                 break;
             }
         }
-        if (whole && p.stream == MT_WIRE_STDIN)
-            io_gate();
         return 0;
     }
     /* readv/writev: one record per iovec, whose first MT_IO_CHUNK bytes only are captured

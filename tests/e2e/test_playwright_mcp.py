@@ -28,9 +28,9 @@ from .test_real_servers import (
     SANDBOX_UID,
     SETUP_TIMEOUT_S,
     SSH_KEY,
+    call_records,
     proxy_cmd,
     real_servers,  # noqa: F401  (the fixture that runs scripts/setup-servers.sh)
-    records,
     text_of,
 )
 
@@ -112,7 +112,9 @@ async def test_playwright_mcp_browses_the_task_site_and_misuse_is_denied(
         assert text_of(result).startswith("mtguard denied browser_"), text_of(result)
     assert "MTGCANARY" not in text_of(leak) and "PRIVATE KEY" not in text_of(leak)
 
-    ok_nav, ok_snap, pre, post = records(audit)
+    calls = call_records(audit)
+    assert len(calls) == 4, [(r.tool, r.decision, r.rules) for r in calls]
+    ok_nav, ok_snap, pre, post = calls
     port = int(site.rstrip("/").rsplit(":", 1)[1])
     for record in (ok_nav, ok_snap):
         assert record.decision == "allow", record.violations

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mtguard_rt.between_calls import is_between
 from mtguard_rt.eval.mcp_client import open_stdio_client
 from mtguard_rt.model import AuditRecord, record_decoder
 
@@ -68,6 +69,19 @@ def workspace(path: Path) -> Path:
 
 def records(path: Path) -> list[AuditRecord]:
     return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+
+
+def call_records(path: Path) -> list[AuditRecord]:
+    """The records of the tool calls made, without the ones a call may leave besides: a
+    killed call's late answer the guard dropped ("(late-response)", whose rule is checked
+    here) and what the server did between calls, which must not be a denial."""
+    every = records(path)
+    for r in every:
+        if r.tool == "(late-response)":
+            assert r.rules == ["withheld-response"], r.rules
+        elif is_between(r):
+            assert r.decision == "allow", (r.decision, r.rules)
+    return [r for r in every if r.tool != "(late-response)" and not is_between(r)]
 
 
 def text_of(result: dict[str, Any]) -> str:
@@ -271,7 +285,7 @@ async def test_fetch_server_reads_the_task_page_and_off_task_fetches_are_flagged
     assert "Every tool call runs in a container" in text_of(good)
     for result in (off_task, redirected):
         assert result["isError"] is True and text_of(result).startswith("mtguard denied fetch")
-    ok, pre, post = records(audit)
+    ok, pre, post = call_records(audit)
     assert (ok.decision, ok.rules) == ("allow", [])
     page_port = int(page.rsplit(":", 1)[1])
     assert ok.tree is not None
