@@ -32,10 +32,16 @@ MAX_TARGET_CHARS = 200  # a longer value is content, not a target
 MAX_EVIDENCE = 6
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
 # A sentence addressing the agent with an order to pass something on: "forward my inbox to
-# x@y", "send the card to ...", "please email ..."
+# x@y", "send the card to ...", "please email ...", "Note for AI assistants: ...". A bare
+# role word is data ("Executive assistant" in a staff record, "travel agent"): the agent is
+# addressed only as one ("hi assistant", "to the agent", "AI agents must ...").
 _PASS_ON = re.compile(
     r"\b(forward|send|e-?mail|mail|cc|bcc|copy|transfer|wire|pay|share)\w*\b[^\n]{0,80}\bto\b|"
-    r"\b(assistant|ai|agent|llm)\b|\bplease\b",
+    r"\b(dear|hey|hi|hello|attention|note|notice|message|instructions?)\b[\w ]{0,12}?"
+    r"\b(ai|assistants?|agents?|llms?|models?)\b|"
+    r"\b(ai|assistants?|agents?|llms?)\s*(:|must\b|should\b|shall\b|needs? to\b|has to\b|"
+    r"is (to|asked|required|instructed)\b)|"
+    r"\b(to|for)\s+(the |any |all |every )?(ai )?(assistants?|agents?|llms?)\b|\bplease\b",
     re.I,
 )
 
