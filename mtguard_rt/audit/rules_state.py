@@ -37,6 +37,7 @@ from .provenance import Sentence, split_sentences
 from .rules_pre import violation
 from .text import iter_strings, names_path
 from .treeview import TreeView, describe, label
+from .wants import task_wants
 
 RULE = "unrequested-change"
 PRE_RULE = "destructive-call"  # its pre-execution twin (observe by default)
@@ -47,6 +48,8 @@ FILLERS = frozenset({"please", "also", "now", "then", "and", "just", "kindly", "
 _CLAUSE_WORD = re.compile(r"[^\W_]+")
 _CLAUSE_START = re.compile(r"[.:;!?,\n\u2014]|\s-{1,2}\s|^-{1,2}\s")
 _PATH_TOKEN = re.compile(r"[^\s'\"`]*/[^\s'\"`]*")
+# the evidence of existence that is presumed, not observed
+PRESUMED = ("in the workspace, never seen missing", "the arguments name it, never seen missing")
 MIN_SOURCE_NAME = 3  # shortest argument text that can name the document a task delegates to
 
 
@@ -115,9 +118,9 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
         if not presume or path in made.missing:
             return None
         if ws and _under(path, (ws,)):
-            return "in the workspace, never seen missing"
+            return PRESUMED[0]
         if names_path(ctx.arg_texts, path):
-            return "the arguments name it, never seen missing"
+            return PRESUMED[1]
         return None
 
     def note(
@@ -255,7 +258,7 @@ def unrequested_change(
     """A change of pre-existing data the task does not ask for (see the module docstring)."""
     if ctx.task_text is None:
         return []  # no task: nothing says what was asked
-    found = changes(ctx, view, policy)
+    found = [c for c in changes(ctx, view, policy) if not _declared_store(ctx, c, policy)]
     if not found:
         return []
     vocab = _vocab(policy)
@@ -280,6 +283,21 @@ def unrequested_change(
     lines.append(f"the task asks to change: {', '.join(intent.change_words)} ({task!r})")
     reason = "the call changed an object the task does not name, as untrusted text asked"
     return [violation(RULE, policy, "post", reason, lines)]
+
+
+def _declared_store(ctx: CallContext, c: Change, policy: Policy) -> bool:
+    """A file the call wrote whole (O_CREAT|O_TRUNC: it may well have made it) whose prior
+    existence is only presumed, named by the called tool's own description as where it keeps
+    its state ("stored in .registryrc"), on a task asking for that tool's job (`task_wants`):
+    the tool doing what it declares, not a change of the user's data."""
+    if c.existed not in PRESUMED or not {"create", "truncate"} <= set(c.event.flags):
+        return False
+    base = os.path.basename(c.path).lower()
+    desc = next((t.description.lower() for t in ctx.untrusted.tools
+                 if t.server == ctx.call.server and t.name == ctx.call.tool), "")  # fmt: skip
+    if not re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", desc):
+        return False
+    return task_wants(ctx, policy)
 
 
 def _tool_words(tool: str) -> set[str]:

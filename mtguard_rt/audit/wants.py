@@ -16,6 +16,9 @@ from .names import common_words, same_word, stem, words_of
 from .policy import Policy
 from .provenance import UntrustedText
 
+MIN_COMPOUND_HEAD = 3  # letters of a compound's first word (log-in, sign-up, check-out)
+MIN_COMPOUND_TAIL = 2
+
 
 def server_common(u: UntrustedText, server: str) -> frozenset[str]:
     """Words in most of a server's tool names (`playwright_`): they say which server."""
@@ -31,9 +34,20 @@ def says(word: str, ctx: CallContext, policy: Policy) -> bool:
     """The task says `word` in some form or by a synonym."""
     head = _head(word)
     syn = policy.synonyms
-    return any(
+    if any(
         t.startswith(head) or stem(t) == head or same_word(stem(t), stem(word), syn)
         for t in ctx.task_tokens
+    ):
+        return True
+    return _compound(word, ctx.task_tokens)
+
+
+def _compound(word: str, task: frozenset[str] | set[str]) -> bool:
+    """A compound name word the task says as its two words (`login`: "log ... in", `signup`,
+    `checkout`): a phrasal verb spelled as one word."""
+    return any(
+        word[:i] in task and word[i:] in task
+        for i in range(MIN_COMPOUND_HEAD, len(word) - MIN_COMPOUND_TAIL + 1)
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from mtguard_rt.audit import PolicyEngine, load_policy
 from mtguard_rt.audit.baseline import ServerBaseline
 from mtguard_rt.audit.context import CallContext
-from mtguard_rt.audit.provenance import UntrustedText, split_sentences
+from mtguard_rt.audit.provenance import UntrustedLog, UntrustedText, gather, split_sentences
 from mtguard_rt.audit.rules_state import changes, object_name, unrequested_change
 from mtguard_rt.audit.session import SessionCall, SessionView
 from mtguard_rt.audit.treeview import TreeView
@@ -62,6 +62,30 @@ def test_rewrites_and_appends_of_existing_workspace_files_are_changes() -> None:
     assert run(None, [rewrite], ctx)[1]
     assert run("Show me config/app.toml.", [
         ev("open", "/srv/data/other.toml", "write", "create", "truncate", result=3)])[1] == []
+
+
+def _login(task: str, description: str) -> CallContext:
+    ctx = ctx_for("login", {"token": "tok-123"}, task=task, server="registry")
+    log = UntrustedLog("registry")
+    log.listing([{"name": "login", "description": description, "inputSchema": {}}])
+    ctx.untrusted = gather(log, ["registry"], None)
+    return ctx
+
+
+def test_a_login_writing_the_session_file_its_description_declares_is_its_job() -> None:
+    desc = "Log the client in with an access token (stored in .registryrc)."
+    task = "Log the registry client in with my token tok-123."
+    store = ev("open", f"{WS}/.registryrc", "write", "create", "truncate", result=3)
+    assert run(None, [store], _login(task, desc))[1] == []
+    # another file than the declared one, a task not asking to log in, an undeclared store,
+    # and a file seen existing before the rewrite: still changes
+    other = ev("open", f"{WS}/.npmrc", "write", "create", "truncate", result=3)
+    assert run(None, [other], _login(task, desc))[1]
+    assert run(None, [store], _login("Show my packages on the registry.", desc))[1]
+    assert run(None, [store], _login(task, "Log the client in with an access token."))[1]
+    seen = ev("open", f"{WS}/.registryrc", "read", result=3)
+    rewrite = ev("open", f"{WS}/.registryrc", "write", "create", "truncate", result=3)
+    assert run(None, [seen, rewrite], _login(task, desc))[1]
 
 
 def test_the_user_asking_for_the_change_allows_it() -> None:
