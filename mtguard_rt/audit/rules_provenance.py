@@ -136,11 +136,30 @@ def _compels(t: ToolInfo, s: Sentence) -> bool:
     return _cue(_OUT_OF_SERVICE, t.description)
 
 
+def _refining_pointer(ctx: CallContext, producer: str, policy: Policy) -> bool:
+    """A result of a sibling on the called tool's own server that points to a refinement of
+    itself (`get_diff` -> `get_diff_stat`: the same job, on less data), called on the same
+    entity (every argument word of the call was an argument word of the producing call):
+    the server documenting its API ("too large; use get_diff_stat"), not an induction. A
+    pointer to another server, to a tool with another job, or with new arguments (an owner
+    to send it to) stays one."""
+    tool, server = ctx.call.tool, ctx.call.server
+    if producer == tool or not _successor(producer, tool, policy):
+        return False
+    mine = frozenset(w for _, text in ctx.arg_items for w in tokens(text.lower()))
+    return any(
+        o.server == server and o.tool == producer and mine <= o.arg_tokens
+        for o in ctx.untrusted.outputs
+    )
+
+
 def _tool_choice(
-    u: UntrustedText, server: str, tool: str, oblige: re.Pattern[str], policy: Policy
+    ctx: CallContext, u: UntrustedText, oblige: re.Pattern[str], policy: Policy
 ) -> list[str]:
     """Sentences of other descriptions and of results that tell the agent to call `tool`
-    (a sibling's only when it compels: see `_compels`)."""
+    (a sibling's only when it compels: see `_compels`; a same-server result not when it
+    points to a refinement of its own tool: `_refining_pointer`)."""
+    server, tool = ctx.call.server, ctx.call.tool
     low = tool.lower()
     candidates = [
         s
@@ -151,7 +170,12 @@ def _tool_choice(
         for s in _cued(oblige, t.sentences)
         if t.server != server or _compels(t, s)
     ]
-    candidates += [s for _, _, ss in u.results for s in _cued(oblige, ss)]
+    candidates += [
+        s
+        for srv, producer, ss in u.results
+        if srv != server or not _refining_pointer(ctx, producer, policy)
+        for s in _cued(oblige, ss)
+    ]
     return [
         f"tool {tool!r} is what the {s.where()} tells the agent to call, and the task does not "
         f"ask for it: {_snip(s.text)!r}"
@@ -265,7 +289,7 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     ev: list[str] = []
     oblige, override = policy.obligation_cues, policy.override_cues
     if oblige is not None and not task_wants(ctx, policy):
-        ev += _tool_choice(u, server, tool, oblige, policy)
+        ev += _tool_choice(ctx, u, oblige, policy)
     min_len = policy.spec.rules.induced_call.min_token_length
     task_lower = (ctx.task_text or "").lower()
     about = _about(u, server, tool, override) if override is not None else []
