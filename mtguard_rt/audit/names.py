@@ -4,6 +4,12 @@ Two names are confusable when their skeletons are equal (`Read-File`, `read_file
 `re\u0430d_file` with a Cyrillic a, `read_fi1e`) or within a small edit distance. A name
 *captures* another when it is that name plus a persuasive affix (`send_email_v2`,
 `secure_send_email`), built to win the model's choice over the original.
+
+An *identical* name on two servers is a collision, not by itself shadowing: generic names
+(`list_events` of a calendar and of a chat channel) recur across servers. It shadows when a
+description competes for the name's calls (`COMPETES`: "the official", "use this one",
+"instead of the other", "drop-in replacement") or when the descriptions do not tell the two
+jobs apart (`tells_apart`: each says what its tool acts on in words the other does not).
 """
 
 from __future__ import annotations
@@ -78,6 +84,35 @@ def confusable(a: str, b: str, max_distance: int, min_length: int) -> str | None
         if d <= max_distance:
             return f"edit distance {d}"
     return None
+
+
+# A description competing for another tool's calls: precedence, replacement, disparagement.
+COMPETES = re.compile(
+    r"\b(official|verified|certified|preferred|recommended|authoritative|canonical|genuine|"
+    r"always use|use this|use only|only use|prefer|instead|rather than|in place of|"
+    r"replac\w*|drop-in|supersed\w*|deprecated|obsolete|legacy|do not use|don'?t use|"
+    r"never use|the other|any other|other \w+ tools?|most (accurate|reliable|secure|trusted)|"
+    r"insecure|unreliable|broken)\b",
+    re.I,
+)
+_DESC_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+MIN_DISTINCT_WORDS = 2  # words a description must say that the other does not
+
+
+def _content(description: str, name: str, drop: frozenset[str]) -> frozenset[str]:
+    named = {stem(w) for w in words_of(name)}
+    return frozenset(
+        stem(w) for w in _DESC_WORD.findall(description.lower())
+        if w not in drop and stem(w) not in named
+    )
+
+
+def tells_apart(a: str, b: str, name: str, drop: frozenset[str]) -> bool:
+    """Do two descriptions of one tool name say different jobs: each has `MIN_DISTINCT_WORDS`
+    content words (not the name's, not in `drop`) the other lacks? A copy, a copy plus
+    extras, or a description saying nothing beyond the name ("Look up a login.") does not."""
+    ca, cb = _content(a, name, drop), _content(b, name, drop)
+    return len(ca - cb) >= MIN_DISTINCT_WORDS and len(cb - ca) >= MIN_DISTINCT_WORDS
 
 
 def captures(name: str, other: str, affixes: frozenset[str]) -> bool:

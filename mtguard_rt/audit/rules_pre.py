@@ -16,9 +16,10 @@ import msgspec
 from ..model import DeclaredCall, Violation
 from .carried import sanctioned
 from .context import CallContext
-from .names import captures, confusable, words_of
+from .names import COMPETES, captures, confusable, tells_apart, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
+from .provenance import STOP_WORDS
 from .rules_flow import secret_flow
 from .rules_params import out_of_scope_param
 from .rules_persist import persistence_arg
@@ -231,6 +232,8 @@ def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
             why = confusable(tool, other, spec.max_edit_distance, spec.min_length)
             if same and why is not None and why.startswith("edit distance"):
                 why = None
+            if why == "identical name" and _collision(ctx, policy, other_server):
+                why = None
             if why is None and captures(tool, other, affixes):
                 why = "built to capture its calls (the same name plus a persuasive affix)"
             if why is not None:
@@ -239,6 +242,21 @@ def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
         return []
     reason = "the tool name shadows or imitates another tool"
     return [violation("shadowed-tool", policy, "pre", reason, ev)]
+
+
+def _collision(ctx: CallContext, policy: Policy, other_server: str) -> bool:
+    """Two servers' tools of one generic name, each described as its own job and neither
+    competing for the other's calls (`names.tells_apart`, `names.COMPETES`): not shadowing."""
+    tool = ctx.call.tool
+    mine = ctx.untrusted.tool(ctx.call.server, tool)
+    theirs = ctx.untrusted.tool(other_server, tool)
+    if mine is None or theirs is None:
+        return False  # no descriptions to tell them apart by
+    descs = (mine.description, theirs.description)
+    sup = policy.superiority
+    if any(COMPETES.search(d) or (sup is not None and sup.search(d)) for d in descs):
+        return False
+    return tells_apart(*descs, tool, STOP_WORDS | policy.generic_name_words)
 
 
 def _mentioned(token: str, ctx: CallContext, policy: Policy) -> bool:
