@@ -7,8 +7,10 @@ how often) and becomes an `AuditRecord` of its own: a synthetic declared call (t
 call arguments and no result (the task is the session's: the last call's, else the default),
 and emitted to the supervisor's sink like a call's record (it alerts as a deny does; it does
 not quarantine the server: no call is refused for it). Kills (kernel kill-on-touch, an online
-rule on a worker) are evidence. The task lives in the guard's per-server task group:
-cancelling that group ends it; each wait inside is bounded by the feed's policy.
+rule on a worker) are evidence. The start-up's periods (before the server's first answer) are
+recorded here too, as `(startup)` records (startup.py: no task, a narrower set of rules that
+may deny, and a confidentiality deny quarantines). The task lives in the guard's per-server
+task group: cancelling that group ends it; each wait inside is bounded by the feed's policy.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ import anyio.abc
 from .audit import CallContext
 from .audit.provenance import gather
 from .audit.session import session_view
-from .model import BETWEEN_TOOL, AuditRecord, DeclaredCall, Timings, Verdict, Violation
+from .model import (
+    BETWEEN_TOOL,
+    STARTUP_TOOL,
+    AuditRecord,
+    DeclaredCall,
+    Timings,
+    Verdict,
+    Violation,
+)
+from .startup import startup_call, startup_verdict
 
 if TYPE_CHECKING:
     from .monitor.between import BetweenFeed, BetweenPeriod
@@ -39,7 +50,12 @@ def between_call(server: str, seq: int) -> DeclaredCall:
 
 
 def is_between(record: AuditRecord) -> bool:
-    return record.tool == BETWEEN_TOOL and "-between-" in record.call_id
+    """A record of no call: a between-call period's, or the start-up's (`is_startup`)."""
+    return (record.tool == BETWEEN_TOOL and "-between-" in record.call_id) or is_startup(record)
+
+
+def is_startup(record: AuditRecord) -> bool:
+    return record.tool == STARTUP_TOOL and "-startup-" in record.call_id
 
 
 async def run_between(
@@ -54,18 +70,25 @@ async def run_between(
         for period in await feed.next_periods():
             try:
                 record = await between_record(sup, period)
+                if period.startup and record.decision == "deny":
+                    sup._quarantine_after(_verdict_of(record))  # a call's deny would too
                 sup.sink(record, None, None)
             except Exception as exc:  # a broken rule or sink must not end the server's guard
                 _log.warning("%s: between-call record %d lost: %r", sup.name, period.seq, exc)
+            finally:
+                feed.judged(period)  # the start-up's first answer / first call waits on it
 
 
 async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
-    """One between-call cut, post-verified with a neutral context (no arguments, no result)."""
+    """One between-call cut, post-verified with a neutral context (no arguments, no result);
+    a start-up cut with no task and only `startup.STARTUP_DENY` rules denying."""
     t0 = time.perf_counter()
-    call = between_call(sup.name, period.seq)
+    call = (startup_call if period.startup else between_call)(sup.name, period.seq)
     tree = period.tree
     tree.call = call
-    task = getattr(sup, "last_task", None) or sup.default_task
+    tree.network_policy = list(getattr(sup.watch, "network_policy", None) or [])
+    tree.resolvers = list(getattr(sup.watch, "resolvers", None) or [])  # port 53: these only
+    task = None if period.startup else getattr(sup, "last_task", None) or sup.default_task
     servers = sup.tools_by_server()
     ctx = CallContext(
         call=call,
@@ -100,8 +123,14 @@ async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
         skipped=post.skipped,
         llm_used=post.llm_used,
     )
+    if period.startup:
+        verdict = startup_verdict(verdict)
     timings = Timings(post=(time.perf_counter() - t0) * 1000)
     record = sup._record(call, task, verdict, tree, timings, t0)
     record.ts = time.time() - (time.monotonic_ns() - tree.window_start_ns) / 1e9
     record.terminated = bool(period.kernel_kills or period.online_kills)
     return record
+
+
+def _verdict_of(record: AuditRecord) -> Verdict:
+    return Verdict(decision=record.decision, phase=record.phase, violations=record.violations)

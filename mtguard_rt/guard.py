@@ -38,6 +38,7 @@ from .sandbox import SandboxConfig, open_sandbox
 from .sandbox.image import HOME
 from .sandbox.peek import SandboxFiles
 from .sandbox.rollback import open_rollback
+from .startup import end_startup
 from .supervisor import DispatchHook, Supervisor
 from .telemetry import AuditLog, TelemetryConfig, open_telemetry
 
@@ -229,6 +230,10 @@ class Guard:
                     )
                 )
                 self._protect(watch, sb.canaries)  # before the server runs a single instruction
+                _ = watch.between  # fed from the release on: the start-up records (startup.py)
+                from .monitor.egress import sandbox_resolvers
+
+                watch.resolvers = sandbox_resolvers(sb.pid, box.dns)  # port 53: these only
             if box.allow_domains:  # the kernel's allowlist, attached before the server runs
                 if watch is None:
                     raise GuardError("--allow-domain needs the eBPF monitor: it enforces it")
@@ -284,6 +289,7 @@ class Guard:
             server = GuardedServer(sup, upstream)
             if handshake:
                 server.server_info = await _handshake(upstream, " ".join(command))
+                await end_startup(sup)  # it answered: its start-up is judged (startup.py)
                 await sup.refresh_tools()
             yield server
 

@@ -24,6 +24,8 @@ Mode = Literal["enforce", "observe", "off"]
 
 # the tool name of a between-call record's synthetic call (no call was in flight)
 BETWEEN_TOOL = "(between calls)"
+# ... and of a start-up record's: what the server did from its release to its first answer
+STARTUP_TOOL = "(startup)"
 
 
 class DeclaredCall(msgspec.Struct, kw_only=True):
@@ -284,6 +286,9 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     # what earlier calls' workers did while no call's window was open, since the previous
     # window (its `call` is the call that left them running); None when nothing was seen
     between: BehaviorTree | None = None
+    # the resolvers the sandbox really uses (its /etc/resolv.conf as mounted, or the policy's
+    # `dns`): only these may be reached on a resolver port ([]: unknown, none is exempt)
+    resolvers: list[str] = msgspec.field(default_factory=list)
 
     def children(self, key: str | None) -> list[ProcessNode]:
         return [p for p in self.processes if p.parent == key]

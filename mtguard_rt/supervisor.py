@@ -33,6 +33,7 @@ from .audit.consent import written_paths
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
+from .audit.rules_secrets import secret_sources
 from .audit.scope import ServerScope
 from .audit.session import SessionLog, session_view
 from .errors import ServerExited
@@ -49,6 +50,7 @@ from .model import (
 )
 from .proxy.upstream import Message, RequestCancelled, Upstream, UpstreamError
 from .sandbox.rollback import WorkspaceRollback
+from .startup import end_startup
 
 RECENT_CALLS = 20  # history kept for the repeated-call rule
 # rules whose deny means the server held a secret: it is quarantined (`Supervisor.quarantine`)
@@ -325,6 +327,7 @@ class Supervisor:
         meta = meta or {}
         task = meta.get(TASK_KEY) if isinstance(meta.get(TASK_KEY), str) else self.default_task
         self.last_task = task  # the session's task, for the between-call records
+        await end_startup(self)  # the start-up judged first: its deny refuses this call too
         if self.quarantined is not None:
             why = f"the server is quarantined after a confidentiality deny ({self.quarantined})"
             refused = Verdict(
@@ -383,11 +386,13 @@ class Supervisor:
         online = OnlineRules(self.engine.policy, ctx) if self.online != "off" else None
         if online is not None:  # a kernel allowlist on the sandbox (monitor.Watch; fakes: none)
             online.network_policy = bool(getattr(self.watch, "network_policy", None))
+            online.resolvers = getattr(self.watch, "resolvers", None)
         response, error, tree, t_resp, terminated = await target._dispatch(
             call, wire, request_id, online, action.replays, on_kill
         )
         t_settled = time.perf_counter()
         ctx.written = target._written.pop(call.call_id, {})
+        ctx.read_back = await target._read_files(secret_sources(tree)) or {}
         result = (response or {}).get("result") if response else None
         if action.on_result is not None and result is not None:
             result = action.on_result(result)  # the seam's forgery (evaluation, tests)

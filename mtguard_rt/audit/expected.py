@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import ProcessNode
 from .commands import exec_matches, peel, shell_payload, split_commands
-from .patterns import HOME_RE, canonical_ip, domain_within, is_loopback, normalize_domain
+from .patterns import HOME_RE, canonical_ip, domain_within, normalize_domain
 from .policy import CANARY, PERSISTENCE, PRIVILEGED, SENSITIVE, Policy, basename
 from .text import leaf_key, names_path
 from .treeview import describe, is_write, label
@@ -394,10 +394,9 @@ class Expected:
         return _under(path, [s.rstrip("/") for s in scope if len(s.rstrip("/")) > 1])
 
     def _ip_explained(self, view: TreeView, ip: str, port: int) -> bool:
-        from .rules_net import allowed_names  # rules_net -> rules_pre -> ...: load lazily
+        from .rules_net import allowed_names, exempt_destination  # rules_net -> ...: load lazily
 
-        net = self.policy.spec.rules.unexpected_network
-        if port in net.allowed_ports or (net.allow_loopback and is_loopback(ip)):
+        if exempt_destination(self.policy, view.tree.resolvers, ip, port):
             return True
         if self._ips is None:
             names = allowed_names(self.ctx, self.policy)

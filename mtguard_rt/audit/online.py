@@ -29,11 +29,11 @@ from ..model import (
     Violation,
     call_digest,
 )
-from .consent import WriteConsent
+from .consent import WriteConsent, online_persistence
 from .context import CallContext
 from .expected import Expected
-from .patterns import canonical_ip, is_loopback
-from .policy import PERSISTENCE, Policy
+from .patterns import canonical_ip
+from .policy import Policy
 from .rules_files import PERSISTENCE_WHY, took_effect
 from .rules_integrity import (
     MISMATCH_WHY,
@@ -42,7 +42,7 @@ from .rules_integrity import (
     mismatch_evidence,
     undeclared_line,
 )
-from .rules_net import allowed_names, egress_text
+from .rules_net import allowed_names, egress_text, exempt_destination
 from .rules_pre import violation
 from .treeview import describe, is_write, label
 
@@ -83,6 +83,8 @@ class OnlineRules:
         # the sandbox runs under a kernel-enforced allowlist (`--allow-domain`): what the kernel
         # let through is derived, what it refused is stopped already (the post rule reports it)
         self.network_policy = False
+        # the sandbox's resolvers (monitor.Watch.resolvers); None: unknown, port 53 deferred
+        self.resolvers: list[str] | None = None
 
     def expect(self, request_id: Any, server: str, ledger: DispatchLedger | None = None) -> None:
         """Before dispatch: the id the guard sends this call with, the server (sandbox) it is
@@ -139,7 +141,7 @@ class OnlineRules:
             if (
                 "persistence-write" in self._on
                 and is_write(ev)
-                and policy.classify(path) & PERSISTENCE
+                and online_persistence(policy, path)
                 and not self.consent.may_write(path)  # an asked place: the content is judged after
             ):
                 return violation("persistence-write", policy, "post", PERSISTENCE_WHY, [line])
@@ -172,7 +174,9 @@ class OnlineRules:
         if self.network_policy or ev.refused:
             return None  # allowed by the kernel's allowlist, or refused by it: nothing left
         ip = canonical_ip(ev.address) or ev.address
-        if ip in self._ips or ev.port in self.policy.allowed_ports or is_loopback(ip):
+        if self.resolvers is None and ev.port in self.policy.allowed_ports:
+            return None  # which resolvers the sandbox uses is unknown: the post rule decides
+        if ip in self._ips or exempt_destination(self.policy, self.resolvers or [], ip, ev.port):
             return None
         reason = "network destinations not derived from the arguments, task or allowlist"
         line = f"{label(proc)} {egress_text(ev, ip)}"

@@ -2,8 +2,10 @@
 
 A destination is derived when its DNS name (or the name that resolved to its address) is
 allowlisted or named by the task or by a destination argument (not a URL in prose or file
-content: `off-task-url`'s data), or when the address itself is written there. Resolver
-traffic on allowed ports passes; the names it resolves are still checked. A lookup of an
+content: `off-task-url`'s data), or when the address itself is written there. Traffic to
+the allowed ports of the sandbox's own resolvers (`BehaviorTree.resolvers`) passes, the names
+it resolves still checked; port 53 of any other address is egress. Loopback passes only under
+`allow_loopback` (`loopback_allowed`, shared with the online rule). A lookup of an
 underived name carries only the name: with no egress in the call and no data of the call
 in the name (`carries_data`: encoded, long or random labels, an argument's text, a payload
 split over many names, or a secret read in the same call) it is recorded (observe), as a
@@ -21,6 +23,7 @@ import base64
 import binascii
 import math
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from ..model import DATAGRAM_TRANSPORTS, BehaviorTree, DnsEvent, NetEvent, Violation
@@ -52,6 +55,26 @@ def egress_text(n: NetEvent, ip: str) -> str:
         return f"sent {n.sent} {n.transport} datagram{plural} to {ip}:{n.port}{via}{failed}"
     how = "" if n.transport == "unknown" else f" ({n.transport})"
     return f"connected to {ip}:{n.port}{how}{failed}"
+
+
+def resolver_port(policy: Policy, resolvers: Iterable[str], ip: str, port: int) -> bool:
+    """Is `ip:port` a resolver port (`allowed_ports`) of one of the sandbox's own resolvers
+    (`BehaviorTree.resolvers`: its /etc/resolv.conf, or the policy's `dns`)? A datagram to
+    port 53 of any other address is egress like any other (a DNS tunnel, plain UDP exfil)."""
+    if port not in policy.spec.rules.unexpected_network.allowed_ports:
+        return False
+    return ip in {canonical_ip(r) or r for r in resolvers}
+
+
+def loopback_allowed(policy: Policy, ip: str) -> bool:
+    """The one loopback definition of the online and post rules: exempt only when the
+    policy says so (`allow_loopback`); under `--network host` loopback is the host's."""
+    return policy.spec.rules.unexpected_network.allow_loopback and is_loopback(ip)
+
+
+def exempt_destination(policy: Policy, resolvers: Iterable[str], ip: str, port: int) -> bool:
+    """A destination no call needs to derive: a resolver's port, or allowed loopback."""
+    return resolver_port(policy, resolvers, ip, port) or loopback_allowed(policy, ip)
 
 
 def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:
@@ -164,7 +187,6 @@ def unexpected_network(
     tree = view.tree
     if not tree.traced:
         return []
-    spec = policy.spec.rules.unexpected_network
     names = allowed_names(ctx, policy)
     # under a kernel-enforced allowlist its names are derived, and every connection the
     # kernel let through went to one of them or to a resolver (monitor/egress.py)
@@ -195,11 +217,11 @@ def unexpected_network(
             if tree.network_policy and not n.refused:
                 continue
             ip = canonical_ip(n.address) or n.address
-            if ip in ips or n.port in spec.allowed_ports:
+            if ip in ips or resolver_port(policy, tree.resolvers, ip, n.port):
                 if n.refused:  # derived, yet not in the allowlist: the policy's word, recorded
                     refused.append(f"{label(p)} {egress_text(n, ip)}")
                 continue
-            if spec.allow_loopback and is_loopback(ip):
+            if loopback_allowed(policy, ip):
                 continue
             ev.append(f"{label(p)} {egress_text(n, ip)}")
             egress = True

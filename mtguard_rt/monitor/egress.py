@@ -76,6 +76,15 @@ def resolv_conf_servers(path: str = "/etc/resolv.conf") -> list[str]:
     return out
 
 
+def sandbox_resolvers(pid: int, dns: list[str]) -> list[str]:
+    """The resolvers a sandbox really uses: the nameservers of its /etc/resolv.conf as mounted
+    in it (read through /proc/<pid>/root), and the policy's `dns`. The only addresses the
+    rules exempt on a resolver port (audit/rules_net.py `resolver_port`)."""
+    found = resolv_conf_servers(f"/proc/{pid}/root/etc/resolv.conf") if pid > 0 else []
+    found += [ip for d in dns if (ip := ip_literal(d)) is not None]
+    return sorted(set(found))
+
+
 def _query(name: str, qtype: int) -> tuple[int, bytes]:
     qid = secrets.randbelow(65536)
     return qid, struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + wire_name(name) + struct.pack(

@@ -56,6 +56,7 @@ class Watch:
         self.cgroup_path = cgroup_path
         self.eager = eager
         self.network_policy: list[str] = []  # names allowed in the kernel (egress.py): trees
+        self.resolvers: list[str] | None = None  # the sandbox's resolvers (egress.py): trees
         # online enforce with kernel kills (guard.py): each window gates the MCP stdin, so a
         # swapped or replayed call is killed before the server acts on it (window.py)
         self.gate_stdin = False
@@ -81,6 +82,15 @@ class Watch:
             if tail is not None:
                 tail.feed = feed
         return feed
+
+    async def end_startup(self) -> None:
+        """The server answered its first request: what it did until now, drained from the
+        ring buffer, is its start-up's last cut (`BetweenFeed.end_startup`); what follows is
+        between calls. Nothing without a feed or once the start-up is over."""
+        feed = self._monitor._feeds.get(self.cgroup_id)
+        if feed is not None and feed.in_startup:
+            await self._monitor._drain_async()
+            feed.end_startup()
 
     @contextmanager
     def consent(self, paths: Iterable[str]) -> Iterator[list[str]]:
@@ -162,6 +172,9 @@ class Watch:
                 if tree.stdio is not None:
                     tree.stdio.between_calls = between.requests
                 tree.between = between.record()
+            for t in (tree, tree.between if tree is not None else None):
+                if t is not None and self.resolvers:
+                    t.resolvers = list(self.resolvers)
             if self.cgroup_id in mon._watched:  # until the next window: the between-call record
                 mon._tails[self.cgroup_id] = tail = (
                     Tail.after(win)

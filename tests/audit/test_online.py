@@ -83,17 +83,44 @@ def test_shell_exec_fires_only_on_what_its_command_line_proves() -> None:
     assert rules("read_file", path="a").check(CHILD, ls) is None
 
 
-def test_connect_fires_only_for_underived_non_loopback_addresses() -> None:
-    def conn(address: str, port: int = 443) -> NetEvent:
-        return NetEvent(ts_ns=1, op="connect", family="ipv4", address=address, port=port)
+def conn(address: str, port: int = 443) -> NetEvent:
+    return NetEvent(ts_ns=1, op="connect", family="ipv4", address=address, port=port)
 
+
+def test_connect_fires_only_for_underived_addresses() -> None:
     v = rules(path="a").check(CHILD, conn("203.0.113.7"))
     assert v is not None and v.evidence == ["pid 200 /usr/bin/cat connected to 203.0.113.7:443"]
-    assert rules(path="a").check(CHILD, conn("127.0.0.1")) is None
-    assert rules(path="a").check(CHILD, conn("203.0.113.7", 53)) is None  # the resolver
+    # the sandbox's resolvers unknown (no watch): port 53 is the post rule's to judge
+    assert rules(path="a").check(CHILD, conn("203.0.113.7", 53)) is None
     assert rules(url="http://203.0.113.7/x").check(CHILD, conn("203.0.113.7")) is None
     # a named host may resolve to this address: only the tree's DNS can tell
     assert rules(url="https://example.com/").check(CHILD, conn("203.0.113.7")) is None
+
+
+def test_port_53_is_exempt_only_to_the_sandbox_resolvers() -> None:
+    r = rules(path="a")
+    r.resolvers = ["10.255.255.53"]
+    assert r.check(CHILD, conn("10.255.255.53", 53)) is None
+    tunnel = NetEvent(
+        ts_ns=2, op="send", family="ipv4", address="203.0.113.7", port=53, transport="udp", sent=1
+    )
+    v = r.check(CHILD, tunnel)
+    assert v is not None and v.rule == "unexpected-network"
+    assert v.evidence == ["pid 200 /usr/bin/cat sent 1 udp datagram to 203.0.113.7:53"]
+    none_known = rules(path="a")
+    none_known.resolvers = []
+    assert none_known.check(CHILD, conn("10.255.255.53", 53)) is not None
+
+
+def test_loopback_is_one_definition_online_and_post() -> None:
+    """Online as post: loopback passes only under `allow_loopback` (under --network host it
+    is the host's loopback)."""
+    v = rules(path="a").check(CHILD, conn("127.0.0.1", 2375))
+    assert v is not None and v.evidence == ["pid 200 /usr/bin/cat connected to 127.0.0.1:2375"]
+    browser = load_policy(["browser"])
+    assert browser.spec.rules.unexpected_network.allow_loopback
+    allowed = OnlineRules(browser, ctx_for("read_file", {"path": "a"}))
+    assert allowed.check(CHILD, conn("127.0.0.1", 9222)) is None
 
 
 def test_merge_puts_the_kill_first_and_denies_in_phase_post() -> None:

@@ -280,6 +280,7 @@ def test_unexpected_network_fires_on_undeclared_name_and_address() -> None:
     )
     srv.net.append(NetEvent(ts_ns=4, op="connect", family="ipv4", address="203.0.113.7", port=443))
     srv.net.append(NetEvent(ts_ns=5, op="connect", family="ipv4", address="127.0.0.53", port=53))
+    tree.resolvers = ["127.0.0.53"]  # the sandbox's own resolver: port 53 there is exempt
     srv.net.append(
         NetEvent(
             ts_ns=6,
@@ -296,6 +297,29 @@ def test_unexpected_network_fires_on_undeclared_name_and_address() -> None:
         "pid 100 /usr/bin/python3.11 connected to 203.0.113.7:443",
         "pid 100 /usr/bin/python3.11 connected to 198.51.100.4:80 (failed -101)",
     ]
+
+
+def test_port_53_is_exempt_only_to_the_sandbox_resolvers() -> None:
+    """A DNS tunnel or plain UDP to port 53 of another address is egress like any other."""
+    ctx = ctx_for("read_file", {"path": "notes.txt"})
+    tree = server_tree(ctx.call)
+    tree.resolvers = ["10.255.255.53"]
+    srv = tree.processes[0]
+
+    def sent(address: str, n: int) -> NetEvent:
+        return NetEvent(
+            ts_ns=n, op="send", family="ipv4", address=address, port=53, transport="udp", sent=n
+        )
+
+    srv.net.append(sent("10.255.255.53", 2))
+    assert run(unexpected_network, ctx, tree, RESULT) == []
+    srv.net.append(sent("203.0.113.9", 5))
+    [v] = run(unexpected_network, ctx, tree, RESULT)
+    assert v.mode == "enforce"
+    assert v.evidence == ["pid 100 /usr/bin/python3.11 sent 5 udp datagrams to 203.0.113.9:53"]
+    tree.resolvers = []  # unknown resolvers: none is exempt
+    [v] = run(unexpected_network, ctx, tree, RESULT)
+    assert len(v.evidence) == 2
 
 
 def test_unexpected_network_quiet_for_derived_destinations() -> None:
