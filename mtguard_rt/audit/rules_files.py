@@ -16,10 +16,10 @@ import re
 from typing import Any
 
 from ..model import FileEvent, Violation
-from .consent import WriteConsent
+from .consent import WriteConsent, persistence_hits
 from .context import CallContext
 from .madefiles import SandboxFiles, events_in_order
-from .policy import CANARY, PERSISTENCE, SENSITIVE, Policy
+from .policy import CANARY, SENSITIVE, Policy
 from .rules_pre import violation
 from .secrets import b64_forms as _b64_forms
 from .text import iter_strings, names_path
@@ -184,7 +184,7 @@ def persistence_write(
     consent = WriteConsent(ctx, policy)
     ev_lines: list[str] = []
     consented: dict[str, str] = {}
-    for h in view.matching(PERSISTENCE):
+    for h in persistence_hits(view, consent):
         if not (is_write(h.event) and took_effect(h.event)):
             continue
         if (why := consent.why(h.path)) is not None:

@@ -2,12 +2,13 @@
 
 The post rule of the same name judges what a call did; this one stops, before dispatch, a
 command a command tool's call declares (`Policy.is_command_tool`) that redirects (`>`,
-`>>`), `tee`s, copies or moves into a persistence location or a write-only canary of the
-sandbox home (`~/.bashrc`, `$HOME/.ssh/authorized_keys`) when the call has no consent to
-write it (`WriteConsent.may_write`: the task asks for the place and no argument writes a
-line it does not ask for; without a task, the arguments naming it suffice, as after). Only
-what the command line spells out: a script that writes the file, or a relative name, is
-left to the online and post rules.
+`>>`), `tee`s, copies or moves into a persistence location (the policy's, or a class whose
+every write runs later: a PATH shim, a hook, a registry setting, `persist_class`) or a
+write-only canary of the sandbox home (`~/.bashrc`, `$HOME/.ssh/authorized_keys`) when the
+call has no consent to write it (`WriteConsent.may_write`: the task asks for the place and
+no argument writes a line it does not ask for; without a task, the arguments naming it
+suffice, as after). Only what the command line spells out: a script that writes the file,
+or a relative name, is left to the online and post rules.
 The home is the sandbox's, known from its canaries (no canary: no home, no verdict here).
 """
 
@@ -17,9 +18,9 @@ import os
 import re
 
 from ..model import Violation
-from .consent import WriteConsent
+from .consent import WriteConsent, online_persistence
 from .context import CallContext
-from .policy import PERSISTENCE, Policy
+from .policy import Policy
 
 RULE = "persistence-write"
 # a write target in a command line: a redirection, tee's files, the last operand of cp/mv/ln
@@ -62,7 +63,7 @@ def persistence_arg(ctx: CallContext, policy: Policy) -> list[Violation]:
         if ">" not in text and not re.search(r"\b(?:tee|cp|mv|ln|install)\b", text):
             continue
         for path in write_targets(text, home):
-            protected = policy.classify(path) & PERSISTENCE or policy.canary_write_only.matches(
+            protected = online_persistence(policy, path) or policy.canary_write_only.matches(
                 path
             )
             if protected and not consent.may_write(path):
