@@ -205,7 +205,8 @@ class WriteConsent:
             if runs and self.place(path) is None:
                 return f"it adds {runs[0]!r} ({c.why}), which the task does not ask for"
         if self.place(path) is None:
-            kind = f"{c.kind} ({c.why}): " if c else ""
+            listed = self.policy.classify(path) & PERSISTENCE  # the policy's own: as before
+            kind = f"{c.kind} ({c.why}): " if c and not listed else ""
             return f"{kind}the task does not ask for it"
         if path in self.ctx.written:
             extra = self.unwritten(path)
