@@ -4,8 +4,11 @@ The scope (`audit.scope`) is the server's workspace and roots plus the paths the
 the arguments name. An effect (a read of a file, a write, create, unlink, rename, chmod) on a
 path outside it is an escape when the call reached it: an argument that climbs out with `..`
 (`../srv/x`, `docs/../../x`), an argument whose path goes through a link in the workspace to
-outside, or a link made during this call (seen by the kernel, or by its ctime on the host)
-that an effect went through. What the server opens on its own outside the workspace (its
+outside, an argument naming a step of the effect's path from a link out of the workspace on
+(`album=trip` for photos/trip/x where photos/trip is a link out: the server built the path
+from it), or a link made
+during this call (seen by the kernel, or by its ctime on the host) that an effect went
+through. What the server opens on its own outside the workspace (its
 code, runtime, state, /proc) is no escape; a listing (a directory opened to read) shows names,
 not content, and is not counted. Evidence: which argument, which path it became, the scope.
 """
@@ -33,6 +36,7 @@ MIN_SUFFIX_DEPTH = 2  # components an unknown-base match must share (`srv/x.json
 # inode times come from the kernel's coarse clock (one tick behind the fine one at most):
 # a link made just after the window opened may carry a ctime this much before its start
 CTIME_SLACK_NS = 20_000_000
+MIN_NAMED_STEP = 3  # characters of an argument that names a step of a path through a link
 
 
 def _depth(path: str) -> int:
@@ -56,6 +60,20 @@ def _listing(ev: FileEvent, path: str) -> bool:
     if ev.op != "open" or not ev.flags or ev.flags != ["read"]:
         return False
     return os.path.isdir(path)
+
+
+def _names_steps(text: str, steps: list[str]) -> bool:
+    """Are the components of `text` a run of `steps` (the last may drop its extension)? A
+    text shorter than `MIN_NAMED_STEP` names nothing (`1`, `a`)."""
+    want = [c for c in posixpath.normpath(text).split("/") if c not in ("", ".")]
+    if not want or ".." in want or len(text) < MIN_NAMED_STEP:
+        return False
+    for i in range(len(steps) - len(want) + 1):
+        run = steps[i : i + len(want)]
+        last = run[-1]
+        if run[:-1] == want[:-1] and want[-1] in (last, posixpath.splitext(last)[0]):
+            return True
+    return False
 
 
 def _effects(tree: BehaviorTree) -> Iterator[tuple[ProcessNode, FileEvent, str]]:
@@ -119,6 +137,20 @@ class _Checker:
                         self._arg_links.append((a, t, res.path))
         return self._arg_links
 
+    def names_link(self, path: str, links: dict[str, int]) -> tuple[ArgPath, str] | None:
+        """An argument that names the steps of `path` from a link on (the link itself, or
+        what the effect reached below it: `album=trip` for photos/trip/x.exif, a file name
+        without its extension): the server built the path from it, so the argument led the
+        effect through the link, whatever prefix the server added."""
+        for link in links:
+            if not under(path, link):
+                continue
+            steps = path[len(posixpath.dirname(link)) + 1 :].split("/")
+            for a in self.args:
+                if _names_steps(a.text, steps):
+                    return a, link
+        return None
+
     def climbed(self, path: str) -> tuple[ArgPath, str] | None:
         for a in self.args:
             if not a.climbs:
@@ -163,6 +195,12 @@ class _Checker:
             return None
         if _listing(ev, res.path):
             return None
+        if (named := self.names_link(path, res.links)) is not None:
+            a, link = named
+            return (
+                f"argument {a.key}={a.text!r} names {path[len(posixpath.dirname(link)) + 1 :]!r}"
+                f" through the link {link}, which leads out of the scope to {res.path}: {what}"
+            )
         via = ", ".join(res.links) or "?"
         # the argument's own path goes through the link (`shared/x`, `assets/logo.svg`); a
         # link merely below a directory it names (node_modules/x in the workspace) does not

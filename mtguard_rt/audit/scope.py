@@ -3,7 +3,8 @@
 `ServerScope` is per server: its workspace (the sandbox's read-write mount, also the server's
 working directory) and the roots it was started with (directories its command line names).
 `CallScope` adds the paths the call's task names; each argument is read as a path
-(`arg_paths`) to tell where it leads. Links in the workspace are resolved on the host side
+(`arg_paths`, also percent-decoded: a server may url-decode a name) to tell where it leads.
+Links in the workspace are resolved on the host side
 of the mount (same path inside and out): `lstat`/`readlink` only, bounded, never followed
 once they leave a root.
 """
@@ -16,12 +17,14 @@ import stat
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from .text import _tokens
 
 MAX_LINKS = 40  # links followed in one resolution (the kernel's own limit for a path walk)
 MAX_LSTATS = 4096  # lstat calls in one call's resolutions: a deep tree costs a bound, no more
 MAX_PATH_TEXT = 4096  # an argument longer than this is not read as a path
+MAX_DECODES = 3  # rounds of percent-decoding an argument path gets
 
 
 def under(path: str, root: str) -> bool:
@@ -97,7 +100,22 @@ def arg_paths(items: Iterable[tuple[str, str]]) -> list[ArgPath]:
             c = c.removeprefix("file://")
             if c and "://" not in c:
                 out.append(ArgPath(key, c, climbs(c)))
+                if (d := decoded(c)) != c:
+                    out.append(ArgPath(key, d, climbs(d)))
     return out
+
+
+def decoded(text: str) -> str:
+    """`text` with its percent-escapes undone (`..%2F..%2Fx`, twice-encoded `%252F`), as a
+    server that url-decodes a name before it opens it reads it; `text` when it has none."""
+    for _ in range(MAX_DECODES):
+        if "%" not in text:
+            break
+        plain = unquote(text)
+        if plain == text:
+            break
+        text = plain
+    return text
 
 
 def task_paths(text: str) -> list[str]:

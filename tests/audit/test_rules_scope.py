@@ -160,6 +160,28 @@ def test_an_argument_through_a_link_out_of_the_workspace_is_an_escape(root: Path
     assert call(root, {"path": "shared"}, [opened(f"{ws}/shared")], task=task) == []
 
 
+def test_an_argument_naming_a_step_through_a_link_out_is_an_escape(root: Path) -> None:
+    ws = root / "ws"
+    old = time.time_ns() + 10**9  # the links predate the call
+
+    def at(args: dict[str, Any], paths: list[FileEvent]) -> list[Violation]:
+        return call(root, args, paths, since_ns=old)
+
+    (ws / "photos").mkdir()
+    (ws / "photos" / "trip").symlink_to("../../private")  # the server adds photos/ itself
+    (ws / "calendar").symlink_to("../shared")
+    [v] = at({"album": "trip", "name": "keys"}, [opened(f"{ws}/photos/trip/keys.txt")])
+    assert f"names 'trip/keys.txt' through the link {ws}/photos/trip" in v.evidence[1]
+    assert at({"day": "notes"}, [opened(f"{ws}/calendar/notes.txt")])
+    # a link the arguments do not name, a too short name, a listing: no escape
+    assert at({"day": "other"}, [opened(f"{ws}/calendar/notes.txt")]) == []
+    assert at({"n": "a"}, [opened(f"{ws}/photos/trip/a")]) == []
+    assert at({"album": "trip"}, [opened(f"{ws}/photos/trip")]) == []
+    (ws / "docs" / "a.md").write_text("a\n")
+    (ws / "photos" / "mine").symlink_to("../docs")  # a link that stays inside
+    assert at({"album": "mine", "name": "a"}, [opened(f"{ws}/photos/mine/a.md")]) == []
+
+
 def test_a_link_made_during_the_call_and_read_through_is_an_escape(root: Path) -> None:
     ws = root / "ws"
     before = time.time_ns()
@@ -237,6 +259,17 @@ def test_argument_paths_come_from_paths_and_command_tokens() -> None:
         ("path", "../x", True),
         ("cmd", "../srv/db.conf", True),
     ]
+
+
+def test_a_url_encoded_traversal_the_server_decodes_is_an_escape(root: Path) -> None:
+    target = str(root / "private" / "keys.txt")
+    for name in ("..%2F..%2Fprivate%2Fkeys.txt", "..%252Fprivate%252Fkeys.txt"):
+        [v] = call(root, {"name": name}, [opened(target)])
+        assert "climbs out of its base" in v.evidence[1], name
+    (root / "ws" / "coverage report.txt").write_text("87%\n")
+    assert call(root, {"name": "coverage%20report.txt"},
+                [opened(str(root / "ws" / "coverage report.txt"))]) == []
+    assert [a.text for a in arg_paths([("n", "a%2Fb")])] == ["a%2Fb", "a/b"]
 
 
 def test_the_engine_runs_the_rule_and_enforces_it(root: Path) -> None:
