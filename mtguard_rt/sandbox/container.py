@@ -29,6 +29,7 @@ from .image import HOME, canaries_of, ensure_image, home_archive
 from .lifecycle import OWNER_LABEL, owner_token, prune_stale
 from .mounts import MountSet, Overlay, prune_mounts
 from .plan import SandboxPlan, plan_sandbox, realize, safe_name
+from .seccomp import seccomp_option
 from .settings import SandboxConfig as SandboxConfig
 
 # Removing a container is local work; if the daemon hangs we give up rather than hang too.
@@ -40,6 +41,11 @@ INIT = "/usr/bin/docker-init"  # Debian's docker.io ships tini-static under this
 
 def uses_runtime_mounts(config: SandboxConfig) -> bool:
     return config.runtime_mounts if config.runtime_mounts is not None else config.image is None
+
+
+def security_opts(config: SandboxConfig) -> list[str]:
+    option = seccomp_option(config.seccomp)
+    return [option] if option is not None else []
 
 
 def container_spec(
@@ -85,7 +91,7 @@ def container_spec(
             "PidsLimit": config.pids_limit,
             "NanoCpus": int(config.cpus * 1e9),
             "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
+            "SecurityOpt": ["no-new-privileges", *security_opts(config)],
             "Tmpfs": tmpfs,
         },
     }

@@ -31,6 +31,10 @@ class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     package_overlay: bool = True  # False: the package directory stays read-only
     memory_mb: int = 1024
     pids_limit: int = 512
+    # seccomp profile (README, "The sandbox"): "guard" refuses io_uring, ptrace and other
+    # syscalls the monitor cannot see (sandbox/seccomp.py); "docker-default" the daemon's own;
+    # else the path of a profile in Docker's JSON format (relative to the config file)
+    seccomp: str = "guard"
     cpus: float = 1.0
     env: dict[str, str] = msgspec.field(default_factory=dict)
     stderr_tail_bytes: int = 65536
