@@ -32,8 +32,10 @@ from ..model import (
 from .consent import WriteConsent, online_persistence
 from .context import CallContext
 from .expected import Expected
+from .identity import programs_of
 from .patterns import canonical_ip
 from .policy import Policy
+from .rules_exec import judged_program
 from .rules_files import PERSISTENCE_WHY, took_effect
 from .rules_integrity import (
     MISMATCH_WHY,
@@ -67,6 +69,7 @@ class OnlineRules:
         self._on = {r for r in ONLINE_RULES if policy.mode_of(r) != "off"}
         self._expected = Expected.of(ctx, policy)
         self._command_tool = self._expected.command_tool
+        self._programs = programs_of(ctx, policy)  # what each exec really runs, by identity
         names = allowed_names(ctx, policy)
         ips = set(policy.allowed_addresses)
         ips.update(ip for n in names if (ip := canonical_ip(n)) is not None)
@@ -110,6 +113,7 @@ class OnlineRules:
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):
+            self._programs.wrote(ev)  # an exec of a file the call wrote is an unknown program
             found = self._file(proc, ev)
         elif isinstance(ev, ExecEvent):
             found = self._exec(proc, ev)
@@ -148,24 +152,35 @@ class OnlineRules:
         return None
 
     def _exec(self, proc: ProcessNode, ev: ExecEvent) -> Violation | None:
-        if "unexpected-shell" not in self._on or self._command_tool:
-            return None
         if proc.learned != "observed":
             return None  # the audit's notion: the long-lived server is its own interpreter
-        argv = ev.argv or [ev.path]
-        if not (self.policy.is_shell(ev.path) or self.policy.is_shell(argv[0])):
+        done = [e for e in proc.execs if e.result == 0]
+        before = done[-2].path if len(done) > 1 else None
+        prog = self._programs.seen(proc, ev, before)  # by identity (the post rules reuse it)
+        if "unexpected-shell" not in self._on or self._command_tool:
+            return None
+        # judged as what it really is: a renamed shell as the shell, a loader as its program,
+        # a program with no file on disk (or one the session wrote) as a shell would be
+        exe, argv = prog.exe, prog.argv
+        exp = self._expected
+        why = judged_program(exp, prog)
+        if why is None:
             return None
         # A shell is evidence, not a verdict: only what its command line alone proves (a
         # dangerous pattern, a secret or persistence path the arguments do not name) decides
-        # here; what it then does is judged on the tree.
-        exp = self._expected
-        if exp.exec_why(ev.path, argv) is not None:
+        # here; what it then does is judged on the tree. A program with no file on disk is
+        # proof enough.
+        if exp.exec_why(exe, argv) is not None:
             return None
-        effects = exp.command_effects(proc, ev.path, argv)
+        effects = exp.command_effects(proc, exe, argv)
+        if prog.kind == "no-file":
+            effects = [f"{label(proc)} {prog.note}: no file on disk", *effects]
         if not effects:
             return None
         reason = f"{self.ctx.call.tool!r} is not a command tool but spawned a shell or interpreter"
-        line = f"{label(proc)} executed {shlex.join(argv)}"
+        line = f"{label(proc)} executed {shlex.join(ev.argv or [ev.path])}"
+        if why:
+            line += f" ({why})"
         return violation("unexpected-shell", self.policy, "post", reason, [line, *effects])
 
     def _net(self, proc: ProcessNode, ev: NetEvent) -> Violation | None:

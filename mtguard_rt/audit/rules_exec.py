@@ -17,39 +17,78 @@ from typing import Any
 from ..model import ProcessNode, Violation
 from .context import CallContext
 from .expected import Expected
+from .identity import Program, programs_of
 from .policy import PRIVILEGED, Policy, basename
 from .rules_pre import violation
+from .text import names_path, words
 from .treeview import TreeView, describe, label
 
 MAX_EFFECTS = 6  # effect lines shown per unexplained exec
+MIN_NAME = 3  # a file name shorter than this, in the task's words, names nothing in particular
 
 
-def _unexplained(
-    exp: Expected, view: TreeView, shells_only: bool
-) -> list[tuple[ProcessNode, str, list[str], list[str]]]:
-    """(process, exe, argv, effects) of each unexplained exec whose subtree had a relevant
-    effect; one per subtree (an unexplained child of a reported exec is its effect)."""
-    out: list[tuple[ProcessNode, str, list[str], list[str]]] = []
+def judged_program(exp: Expected, prog: Program) -> str | None:
+    """How the exec rules judge what one exec ran: None when not as a shell or interpreter,
+    else "" (a shell by its own name) or what it really was (a renamed copy of one, run by
+    the dynamic loader, a program with no file on disk or one the session wrote: unknown
+    programs are judged as a shell would be, unless the tool's job is running code, or,
+    for a written one, unless the call or the task names it)."""
+    policy = exp.policy
+    shell = policy.is_shell(prog.exe) or (bool(prog.argv) and policy.is_shell(prog.argv[0]))
+    if prog.unknown:
+        if "code" in exp.jobs:
+            return None  # the tool's declared job is running code
+        if prog.kind == "made" and named_by_call(exp.ctx, prog.exe):
+            return "" if shell else None  # the user asked to run what was built
+        return prog.note
+    return prog.note if shell else None
+
+
+def named_by_call(ctx: CallContext, path: str) -> bool:
+    """The call's arguments or the task name this program (its path, or its file name)."""
+    if names_path(ctx.arg_texts, path):
+        return True
+    name = basename(path).lower()
+    return len(name) >= MIN_NAME and (name in ctx.task_words or any(
+        name in words(t) for t in ctx.arg_texts))  # fmt: skip
+
+
+Found = tuple[ProcessNode, str, list[str], list[str], str]  # proc, exe, argv, effects, what ran
+
+
+def _unexplained(exp: Expected, view: TreeView, shells_only: bool) -> list[Found]:
+    """(process, exe, argv, effects, what it really ran) of each unexplained exec whose
+    subtree had a relevant effect; one per subtree (an unexplained child of a reported exec
+    is its effect). Each exec is judged as the program it really ran (`identity`)."""
+    out: list[Found] = []
     reported: set[str] = set()
+    programs = programs_of(exp.ctx, exp.policy)
     for p, exe, argv in view.execs:
-        if shells_only and not (exp.policy.is_shell(exe) or exp.policy.is_shell(argv[0])):
+        prog = programs.of(view, p, exe, argv)
+        how = judged_program(exp, prog)
+        if shells_only and how is None:
             continue
-        why = exp.why(view, p, exe, argv)
+        why = exp.why(view, p, prog.exe, prog.argv)
         if why not in (None, "baseline"):
             continue
         if p.key in reported or any(a.key in reported for a in view.ancestors(p)):
             continue
         effects = exp.effects(view, p)
+        if (prog.exe, prog.argv) != (exe, argv):  # its command line, read as what it is
+            own = exp.command_effects(p, prog.exe, prog.argv)
+            effects = list(dict.fromkeys([*own, *effects]))
+        if prog.kind == "no-file" and how is not None and not exp.command_tool:
+            effects = [f"{label(p)} {prog.note}: no file on disk", *effects]
         if effects:
             reported.add(p.key)
-            out.append((p, exe, argv, effects))
+            out.append((p, exe, argv, effects, how or ""))
     return out
 
 
-def _evidence(found: list[tuple[ProcessNode, str, list[str], list[str]]]) -> list[str]:
+def _evidence(found: list[Found]) -> list[str]:
     ev: list[str] = []
-    for p, _exe, argv, effects in found:
-        ev.append(f"{label(p)} executed {shlex.join(argv)}")
+    for p, _exe, argv, effects, how in found:
+        ev.append(f"{label(p)} executed {shlex.join(argv)}" + (f" ({how})" if how else ""))
         ev.extend(f"  {e}" for e in effects[:MAX_EFFECTS])
     return ev
 

@@ -1,0 +1,454 @@
+"""What an exec really ran, judged by the file, not by its name (`identify()`).
+
+A program is named by the exec's path, but what runs is a file: a renamed copy of `sh` is
+`sh`, a loader (`ld.so prog`) runs `prog`, `/proc/self/exe` re-runs the caller's own program.
+`identify()` gives the `Program` the exec rules judge: its `kind` is `named` (the file is what
+its name says), `copy` (the same file or the same content as a known shell, interpreter or
+loader: `exe` is that program), `no-file` (a memfd, a deleted file, an fd path: no file on
+disk, which honest servers never run) or `made` (a file written in the sandbox during the
+session: an unknown program). Files are read in the sandbox's own root (`/proc/<pid>/root`,
+symlinks resolved inside it); content is compared only when sizes match, and digests are
+cached by (dev, inode, size, mtime), so an exec costs a few stats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ..model import BehaviorTree, ExecEvent, FileEvent, ProcessNode
+from .madefiles import SandboxFiles, events_in_order
+from .policy import Policy, basename
+
+if TYPE_CHECKING:
+    from .context import CallContext
+    from .treeview import TreeView
+
+Kind = Literal["named", "copy", "no-file", "made"]
+BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin")
+LOADER_DIRS = ("/lib64", "/lib", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/x86_64-linux-gnu",
+               "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")  # fmt: skip
+MULTI_CALL = frozenset({"busybox", "toybox"})  # the applet is argv[0]'s name
+MAX_HOPS = 40  # symlinks followed per path, as the kernel's limit
+MAX_CACHE = 4096  # digests and resolved roots kept, then forgotten at once
+CHUNK = 1 << 20
+FD_PATH = re.compile(r"^(?:fd:\d+|/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/\d+"
+                     r"|/dev/fd/\d+|/memfd:.*)$")  # fmt: skip
+SELF_EXE = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/exe$")
+LOADER = re.compile(r"^ld(?:-linux[\w.-]*?)?(?:-[\d.]+)?\.so(?:\.\d+)*$|^ld-musl-\w+\.so\.\d+$")
+# ld.so options that take a value, and those that do not run the program at all
+LOADER_VALUED = frozenset({"--library-path", "--inhibit-rpath", "--audit", "--preload", "--argv0",
+                           "--glibc-hwcaps-prefix", "--glibc-hwcaps-mask"})  # fmt: skip
+LOADER_NO_RUN = frozenset({"--list", "--verify", "--help", "--version", "--list-tunables",
+                           "--list-diagnostics"})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """What one exec ran: `exe` and `argv` as the rules judge them (see the module doc)."""
+
+    kind: Kind
+    exe: str
+    argv: list[str]
+    note: str = ""  # evidence: what it really was, for a kind other than `named`
+
+    @property
+    def unknown(self) -> bool:
+        return self.kind in ("no-file", "made")
+
+
+def no_file_name(path: str) -> bool:
+    """A name that is no file on disk: an fd path, a memfd, a deleted file."""
+    return bool(FD_PATH.match(path)) or path.endswith(" (deleted)")
+
+
+def is_loader(path: str) -> bool:
+    return bool(LOADER.match(basename(path)))
+
+
+def loader_target(argv: list[str]) -> int | None:
+    """The index in a loader's argv of the program it runs; None when it runs none."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in LOADER_NO_RUN:
+            return None
+        if a == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if a in LOADER_VALUED:
+            i += 2
+            continue
+        if a.startswith("--"):
+            i += 1  # an option this loader knows and we do not: it takes no value
+            continue
+        return i
+    return None
+
+
+def resolve_in(root: str, path: str) -> str | None:
+    """`path` as the sandbox sees it, every symlink resolved inside `root` (an absolute link
+    target is the sandbox's, not the host's); None when it does not exist or loops."""
+    parts = [p for p in path.split("/") if p]
+    done: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = "/" + "/".join([*done, part])
+        if here == "/proc":
+            return None  # the host answers /proc/self: the caller's names are not resolvable
+        try:
+            st = os.lstat(root + here)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > MAX_HOPS:
+                return None
+            try:
+                target = os.readlink(root + here)
+            except OSError:
+                return None
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        done.append(part)
+    return "/" + "/".join(done)
+
+
+FileKey = tuple[int, int, int, int]  # dev, inode, size, mtime_ns
+
+
+def _key(st: os.stat_result) -> FileKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Known:
+    """The known programs of one sandbox root: by (dev, inode), and by size."""
+
+    by_inode: dict[tuple[int, int], str] = field(default_factory=dict)
+    by_size: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # size -> (path, host)
+
+
+class ProgramFiles:
+    """The sandbox's files as the exec rules read them; caches shared by every call."""
+
+    def __init__(self) -> None:
+        self._digests: dict[FileKey, str] = {}
+        self._known: dict[tuple[tuple[int, int], int], _Known] = {}
+
+    def digest(self, host_path: str, st: os.stat_result) -> str | None:
+        key = _key(st)
+        got = self._digests.get(key)
+        if got is None:
+            h = hashlib.blake2b(digest_size=20)
+            try:
+                with open(host_path, "rb") as fh:
+                    while chunk := fh.read(CHUNK):
+                        h.update(chunk)
+            except OSError:
+                return None
+            if len(self._digests) >= MAX_CACHE:
+                self._digests.clear()
+            got = self._digests[key] = h.hexdigest()
+        return got
+
+    def known(self, root: str, policy: Policy) -> _Known:
+        """Every shell, interpreter and loader in the root's usual places (once per root)."""
+        try:
+            rst = os.stat(root)
+        except OSError:
+            return _Known()
+        key = ((rst.st_dev, rst.st_ino), id(policy))
+        got = self._known.get(key)
+        if got is not None:
+            return got
+        known = _Known()
+        for dirs, wanted in ((BIN_DIRS, policy.is_shell), (LOADER_DIRS, is_loader)):
+            for d in dirs:
+                real = resolve_in(root, d)
+                if real is None:
+                    continue
+                try:
+                    names = sorted(os.listdir(root + real))
+                except OSError:
+                    continue
+                for name in names:
+                    if not wanted(name):
+                        continue
+                    path = resolve_in(root, f"{real}/{name}")
+                    if path is None:
+                        continue
+                    try:
+                        st = os.stat(root + path)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    known.by_inode.setdefault((st.st_dev, st.st_ino), path)
+                    sized = known.by_size.setdefault(st.st_size, [])
+                    if all(p != path for p, _ in sized):
+                        sized.append((path, root + path))
+        if len(self._known) >= MAX_CACHE:
+            self._known.clear()
+        self._known[key] = known
+        return known
+
+    def copy_of(self, root: str, host_path: str, policy: Policy) -> str | None:
+        """The known program (its path in the sandbox) the file at `host_path` is, by inode
+        or by content; None for any other file."""
+        try:
+            st = os.stat(host_path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        known = self.known(root, policy)
+        same = known.by_inode.get((st.st_dev, st.st_ino))
+        if same is not None:
+            return same
+        sized = known.by_size.get(st.st_size)
+        if not sized:
+            return None
+        mine = self.digest(host_path, st)
+        for path, host in sized:
+            try:
+                kst = os.stat(host)
+            except OSError:
+                continue
+            if mine is not None and self.digest(host, kst) == mine:
+                return path
+        return None
+
+
+FILES = ProgramFiles()  # one per process: the caches are keyed by file identity
+
+
+@dataclass
+class Where:
+    """Where an exec happened: the sandbox root to read files in (`/proc/<pid>/root` of a
+    live process of the sandbox), the exec'ing process's host pid when it is still alive (its
+    `/proc/<pid>/exe` is what the kernel runs), its cwd, the program it ran before this exec,
+    and what the session wrote (`made(path)`)."""
+
+    root: str | None = None
+    live_pid: int | None = None
+    cwd: str | None = None
+    before: str | None = None
+    made: Callable[[str], bool] = lambda _path: False
+
+
+def _live_exe(pid: int, root: str | None) -> str | None:
+    """readlink of /proc/<pid>/exe, in the sandbox's view."""
+    try:
+        got = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    if root:
+        try:
+            host_root = os.readlink(root)
+        except OSError:
+            host_root = "/"
+        if host_root not in ("", "/") and got.startswith(host_root + "/"):
+            got = got[len(host_root) :]
+    return got
+
+
+def identify(
+    exe: str, argv: list[str], where: Where, policy: Policy, files: ProgramFiles = FILES,
+    depth: int = 0,
+) -> Program:
+    """The program one successful exec of `exe` with `argv` ran (see the module doc)."""
+    argv = argv or [exe]
+    if no_file_name(exe):
+        real = _live_exe(where.live_pid, where.root) if where.live_pid else None
+        note = f"no file on disk: {exe}" + (f" is {real}" if real and real != exe else "")
+        return Program("no-file", exe, argv, note)
+    if SELF_EXE.match(exe):
+        # the caller's own program again (chromium's zygotes): what runs now, or what it ran
+        was = _live_exe(where.live_pid, where.root) if where.live_pid else where.before
+        if was and was.startswith("/") and depth == 0:
+            if was.startswith("/memfd:") or was.endswith(" (deleted)"):
+                return Program("no-file", exe, argv, f"no file on disk: {exe} is {was}")
+            again = identify(was, argv, Where(where.root, None, where.cwd, None, where.made),
+                             policy, files, 1)
+            note = f"re-ran its own program {was}" + (f"; {again.note}" if again.note else "")
+            return Program(again.kind, again.exe, again.argv, note)
+        return Program("named", exe, argv)
+    path = exe if exe.startswith("/") else (posixpath.join(where.cwd, exe) if where.cwd else exe)
+    path = posixpath.normpath(path)
+    copy: str | None = None
+    host: str | None = None
+    if where.root is not None and path.startswith("/"):
+        real = resolve_in(where.root, path)
+        if real is not None:
+            host = where.root + real
+            copy = files.copy_of(where.root, host, policy)
+    if where.live_pid is not None and host is None:
+        gone = _live_exe(where.live_pid, where.root)
+        if gone is not None and (gone.startswith("/memfd:") or gone.endswith(" (deleted)")):
+            if where.made(path):
+                return Program("made", exe, argv, f"written in the sandbox during the session, "
+                               f"then deleted ({gone})")  # fmt: skip
+            return Program("no-file", exe, argv, f"no file on disk: {exe} is {gone}")
+    run_by_loader = (copy is not None and is_loader(copy)) or is_loader(path)
+    if run_by_loader and depth < 2:
+        at = loader_target(argv)
+        if at is None:
+            return Program("named", exe, argv)  # a listing (`ldd`): the loader runs nothing
+        inner = identify(argv[at], argv[at:], Where(where.root, None, where.cwd, None,
+                                                    where.made), policy, files, depth + 1)
+        by = f"run by the dynamic loader {exe}" + (f" (a copy of {copy})" if copy and
+                                                   basename(copy) != basename(exe) else "")
+        note = by + (f"; {inner.note}" if inner.note else "")
+        return Program(inner.kind if inner.kind != "named" else "copy", inner.exe, inner.argv,
+                       note)
+    if copy is not None and not run_by_loader:
+        same_name = basename(copy) == basename(path) or (
+            policy.is_shell(path) and basename(copy).rstrip("0123456789.") ==
+            basename(path).rstrip("0123456789."))  # fmt: skip
+        if basename(copy) in MULTI_CALL:
+            applet = basename(argv[0])
+            if applet in MULTI_CALL and len(argv) > 1:
+                applet = basename(argv[1])
+            if not policy.is_shell(applet) or policy.is_shell(path):
+                return Program("named", exe, argv)  # `ls` through busybox is ls
+            same_name = False
+        if not same_name and not policy.is_shell(path):
+            return Program("copy", copy, argv, f"{exe} is a copy of {copy}")
+    if where.made(path):
+        return Program("made", exe, argv, f"{exe} was written in the sandbox during the session")
+    return Program("named", exe, argv)
+
+
+# /proc's start time (clock ticks since boot) against the tree's (ns): the same process
+# when within this (the monitor's window uses the same slack)
+START_SLACK_NS = 50_000_000
+_NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def alive_as(pid: int, start_ns: int) -> bool:
+    """The host process `pid` is still the one that started at `start_ns` (no pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return False
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    return abs(int(rest[19]) * _NS_PER_TICK - start_ns) <= START_SLACK_NS
+
+
+def _written(ev: FileEvent) -> list[str]:
+    """The paths whose content one successful file event wrote or put in place."""
+    if ev.result < 0 or not ev.path.startswith("/"):
+        return []
+    if ev.op == "open":
+        return [ev.path] if not {"write", "create", "truncate"}.isdisjoint(ev.flags) else []
+    if ev.op in ("rename", "link") and ev.target:
+        return [ev.path if ev.op == "link" else ev.target]
+    return []
+
+
+class CallPrograms:
+    """The programs of one call's execs. Online, each exec is identified as it happens
+    (`seen()`: the process is alive, its `/proc/<pid>/exe` is what runs); after the call,
+    `of()` gives that, or identifies it from the tree and the sandbox's files then. `made`
+    is a `madefiles.SandboxFiles` of earlier calls (None: not known)."""
+
+    def __init__(self, policy: Policy, made: SandboxFiles | None) -> None:
+        self.policy = policy
+        self._earlier = made
+        self._written: dict[str, int] = {}  # path -> first write in this call (online)
+        self._roots: list[tuple[int, int]] = []  # (pid, start_ns) that showed a sandbox root
+        self.programs: dict[tuple[str, int], Program] = {}
+        self.cost_ns = 0  # time spent identifying online
+        self._tree: BehaviorTree | None = None  # the tree `_tree_written` was read from
+        self._tree_written: dict[str, int] = {}
+
+    def _made(self, written: dict[str, int], before_ns: int) -> Callable[[str], bool]:
+        def made(path: str) -> bool:
+            when = written.get(path)
+            if when is not None and when <= before_ns:
+                return True
+            return self._earlier is not None and self._earlier.made(path)
+        return made
+
+    def _root(self, pid: int, start_ns: int) -> str | None:
+        for p, s in [(pid, start_ns), *self._roots]:
+            if alive_as(p, s):
+                if (p, s) not in self._roots:
+                    self._roots.append((p, s))
+                return f"/proc/{p}/root"
+        return None
+
+    def wrote(self, ev: FileEvent) -> None:
+        """Online: a file event of the call, in time order."""
+        for path in _written(ev):
+            self._written.setdefault(path, ev.ts_ns)
+
+    def seen(self, proc: ProcessNode, ev: ExecEvent, before: str | None) -> Program:
+        """Online: a successful exec of `proc`, as it happens."""
+        t0 = time.perf_counter_ns()
+        root = self._root(proc.pid, proc.start_ns)
+        where = Where(root, proc.pid if root else None, proc.cwd, before,
+                      self._made(self._written, ev.ts_ns))
+        prog = identify(ev.path, ev.argv or [ev.path], where, self.policy)
+        self.programs[(proc.key, ev.ts_ns)] = prog
+        self.cost_ns += time.perf_counter_ns() - t0
+        return prog
+
+    def of(self, view: TreeView, p: ProcessNode, exe: str, argv: list[str]) -> Program:
+        """After the call: the program of one of `view.execs`."""
+        ev = next((e for e in p.execs if e.result == 0 and e.path == exe), None)
+        ts = ev.ts_ns if ev is not None else 0
+        got = self.programs.get((p.key, ts))
+        if got is not None:
+            return got
+        if self._tree is not view.tree:
+            self._tree = view.tree
+            self._tree_written = {}
+            for fe in events_in_order(view.tree):
+                for path in _written(fe):
+                    self._tree_written.setdefault(path, fe.ts_ns)
+        root = next((r for q in view.tree.processes if q.end_ns is None
+                     and (r := self._root(q.pid, q.start_ns))), None)  # fmt: skip
+        before = _before(view, p, ev)
+        where = Where(root, None, p.cwd, before, self._made(self._tree_written, ts or 1 << 62))
+        prog = identify(exe, argv, where, self.policy)
+        self.programs[(p.key, ts)] = prog
+        return prog
+
+
+def _before(view: TreeView, p: ProcessNode, ev: ExecEvent | None) -> str | None:
+    """The program `p` ran before the exec `ev`: its previous exec, else its parent's."""
+    done = [e for e in p.execs if e.result == 0]
+    if ev is not None and ev in done:
+        i = done.index(ev)
+        if i > 0:
+            return done[i - 1].path
+    parent = view.by_key.get(p.parent or "")
+    return parent.exe if parent is not None else None
+
+
+def programs_of(ctx: CallContext, policy: Policy) -> CallPrograms:
+    """The call's `CallPrograms`, shared by the online and the post rules (on the context)."""
+    got = ctx.programs
+    if not isinstance(got, CallPrograms):
+        files = getattr(ctx.baseline, "files", None)
+        got = ctx.programs = CallPrograms(policy, files if isinstance(files, SandboxFiles)
+                                          else None)  # fmt: skip
+    return got
