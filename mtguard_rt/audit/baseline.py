@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model import call_digest
+from .decode_memory import SecretMemory
 from .expected import Expected
 from .madefiles import SandboxFiles
 from .policy import Policy, basename
@@ -42,6 +43,8 @@ class ServerBaseline:
     known: set[tuple[str, ...]] = field(default_factory=set)
     # what the sandbox made itself this session (every call, allowed or not; never frozen)
     files: SandboxFiles = field(default_factory=SandboxFiles)
+    # the secrets its last calls read and the tails of its results (never frozen)
+    secrets: SecretMemory = field(default_factory=SecretMemory)
     _seen: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
 
     def explains(self, exe: str, argv: list[str]) -> bool:

@@ -38,6 +38,8 @@ class CallContext:
     # persistence files the call wrote: path -> (content before, after; None: not there),
     # read back from the sandbox once the call settled (`consent.WriteConsent`)
     written: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    # files the call read, as the sandbox holds them once it settled (`rules_secrets`)
+    read_back: dict[str, str | None] = field(default_factory=dict)
     # What the servers said (descriptions, recent results): for the provenance rules only,
     # never shown to the judge.
     untrusted: UntrustedText = field(default_factory=UntrustedText)

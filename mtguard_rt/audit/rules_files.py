@@ -21,7 +21,7 @@ from .context import CallContext
 from .madefiles import SandboxFiles, events_in_order
 from .policy import CANARY, SENSITIVE, Policy
 from .rules_pre import violation
-from .secrets import b64_forms as _b64_forms
+from .scan import marker_hits
 from .text import iter_strings, names_path
 from .treeview import FileHit, TreeView, describe, is_write, label
 
@@ -77,10 +77,7 @@ def canary_touched(
         for canary, marker in ctx.canaries.items():
             if canary in consented:
                 continue
-            if marker and marker in text:
-                ev_lines.append(f"the result contains the marker of canary {canary}")
-            elif marker and any(f in text for f in _b64_forms(marker)):
-                ev_lines.append(f"the result contains the base64 marker of canary {canary}")
+            ev_lines += [f"the result contains {h}" for h in marker_hits(text, {canary: marker})]
     if ev_lines:
         reason = "a canary credential was touched"
         return [violation("canary-touched", policy, "post", reason, ev_lines)]

@@ -8,6 +8,12 @@ returned no secret earlier in the session (a rug pull). Without a task, the tool
 read file the arguments name explains it. Evidence: the kind, where, a redacted prefix and
 the length, and the files the call read. Its pre-execution twin, `secret-flow`, is in
 `rules_flow`.
+
+Known values are matched in any form (`decode.find_known`: reversed, ROT13, url, q-p,
+zero-width, line-broken base64, a part of 12+ chars): the secrets in the files the call read
+(`ctx.read_back`, read from the sandbox once the call settled: `secret_sources`) and, from
+this server's `SecretMemory`, those its last calls read; a self-identifying format whose
+halves left in two results of the server is found on the second (evidence names both).
 """
 
 from __future__ import annotations
@@ -16,16 +22,23 @@ import os
 import re
 from typing import Any
 
-from ..model import Violation, call_digest
+from ..model import BehaviorTree, Violation, call_digest
 from .context import CallContext
+from .decode import find_known
+from .decode_memory import SecretMemory
 from .policy import Policy
 from .rules_files import reads, took_effect
 from .secrets import (
+    MIN_VALUE,
+    Finding,
     asks_for_credentials,
+    find_secrets,
+    looks_real,
+    name_words,
     result_secrets,
     secret_tool,
 )
-from .text import names_path
+from .text import iter_strings, leaf_key, names_path
 from .treeview import TreeView
 
 MAX_EVIDENCE = 10
@@ -43,12 +56,47 @@ _LIBRARY = ("/node_modules/", "/site-packages/", "/dist-packages/", "/__pycache_
 _CERTS = ("/etc/ssl/", "/etc/ca-certificates", "/etc/fonts/", "/etc/locale")
 
 
+MAX_READ_BACK = 8  # files a call read whose content is read back from the sandbox
+MAX_FILE_VALUES = 8  # secret values taken from one file read back
+MAX_KNOWN = 24  # known values looked for in one result
+# words of a file's name that say it holds one credential (its whole content is the value)
+_CREDENTIAL_FILE = frozenset(
+    "key keys token tokens secret secrets password passwd pass pwd credential credentials "
+    "creds netrc apikey pat auth".split()
+)
+MAX_TOKEN_FILE = 512  # a one-credential file is one line of at most this many chars
+
+
 def data_reads(view: TreeView) -> list[str]:
     """Files the call opened for reading (successfully) that hold data, not program code or
     system plumbing, latest first: where a secret in its result can have come from. A path
     that is the directory of another read is left out."""
+    return _data_reads(view.tree)
+
+
+def secret_sources(tree: BehaviorTree) -> list[str]:
+    """The files whose content the supervisor reads back after the call (`ctx.read_back`):
+    the latest `MAX_READ_BACK` data reads."""
+    return _data_reads(tree)[:MAX_READ_BACK]
+
+
+def file_secrets(path: str, content: str | None) -> list[str]:
+    """The secret values in a file the call read: what `find_secrets` finds in it (formats,
+    assignments, netrc lines), or, for a file whose name says it holds a credential
+    (api.key, registry.token), its whole content when that is one real-looking line."""
+    if not content:
+        return []
+    values = [f.value for f in find_secrets(content[: 256 * 1024])]
+    line = content.strip()
+    named = _CREDENTIAL_FILE.intersection(name_words(path.rsplit("/", 1)[-1]))
+    if named and len(line) <= MAX_TOKEN_FILE and "\n" not in line and looks_real(line):
+        values.append(line)
+    return list(dict.fromkeys(v for v in values if len(v) >= MIN_VALUE))[:MAX_FILE_VALUES]
+
+
+def _data_reads(tree: BehaviorTree) -> list[str]:
     found: dict[str, int] = {}
-    for p in view.tree.processes:
+    for p in tree.processes:
         for ev in p.files:
             path = ev.path
             if not (reads(ev) and took_effect(ev)) or path in _PLUMBING:
@@ -95,12 +143,54 @@ def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
     return "the task asks for no credential and names no file the call read"
 
 
+def _text(result: dict[str, Any]) -> str:
+    return "\n".join(t for k, t in iter_strings(result) if leaf_key(k) not in ("type", "mimeType"))
+
+
+def _known(
+    ctx: CallContext, text: str, found: list[tuple[str, Finding]]
+) -> tuple[list[tuple[str, Finding]], list[tuple[str, str]]]:
+    """(findings, this call's material): known secret values the result carries in any form
+    or in part (the files this call read, then what the server's last calls read), and the
+    formats whose halves left in an earlier result of this server and this one."""
+    material = [
+        (path, v) for path, content in ctx.read_back.items() for v in file_secrets(path, content)
+    ]
+    memory = getattr(ctx.baseline, "secrets", None)
+    earlier = list(memory.material) if isinstance(memory, SecretMemory) else []
+    candidates = [(f"read {p}", v) for p, v in material] + [
+        (f"read {m.source} in call {m.call}", m.value) for m in reversed(earlier)
+    ]
+    seen = {f.value for _, f in found}
+    out: list[tuple[str, Finding]] = []
+    for where, value in candidates[:MAX_KNOWN]:
+        if value in seen or any(value in v for v in seen):
+            continue
+        if (hit := find_known(text, value)) is not None:
+            seen.add(value)
+            form, what = hit
+            kind = "part of a secret" if what != value else "secret"
+            out.append(("(all text)", Finding(f"{kind} the server {where}", what, form)))
+    if isinstance(memory, SecretMemory):
+        for piece, kind in memory.across(text):
+            if piece.value not in seen:
+                seen.add(piece.value)
+                how = f"split across two results: its first part in call {piece.call}"
+                out.append(("(all text)", Finding(kind, piece.value, how)))
+    return out, material
+
+
 def secret_in_result(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
     found = result_secrets(ctx.call.tool, result)
+    text = _text(result)
+    known, material = _known(ctx, text, found)
+    memory = getattr(ctx.baseline, "secrets", None)
+    if isinstance(memory, SecretMemory):  # for the next calls of this server
+        memory.remember(f"{ctx.call.tool} ({ctx.call.call_id})", material, text)
     supplied = [*ctx.arg_texts, ctx.task_text or ""]
-    found = [(k, f) for k, f in found if not any(f.value in t for t in supplied)]
+    found = [(k, f) for k, f in [*found, *known] if not any(f.value in t for t in supplied)]
     if not found:
         return []
     read = data_reads(view)

@@ -3,12 +3,14 @@
 A `tools/call` result is judged by the post rules. Everything else the server sends (the
 `initialize` result and its instructions, tool/prompt/resource listings and their
 descriptions, notifications, server-to-client requests such as sampling or elicitation, and
-JSON-RPC `error` objects) is checked here before it is relayed: a canary marker (raw, in any
-base64 alignment, or hex) anywhere in it, and secrets (`secrets.find_secrets`, the one detector
-the result rules share, plus the policy's secret patterns) in the parts that are the server's
-own words (instructions, descriptions, notifications, requests, errors; not
-the content of a resource or prompt the host asked for, which is the user's data). Pure
-functions; the supervisor decides what is withheld and records it.
+JSON-RPC `error` objects) is checked here before it is relayed: a canary marker anywhere in
+it, whole or a part, in any form `decode.find_known` reads (raw, base64 at any alignment, hex,
+reversed, ROT13, url, q-p, zero-width, line-broken base64, split), and secrets
+(`secrets.find_secrets`, the one detector the result rules share, plus the policy's secret
+patterns) in the parts that are the server's own words (instructions, descriptions,
+notifications, requests, errors; not the content of a resource or prompt the host asked for,
+which is the user's data). Pure functions; the supervisor decides what is withheld and
+records it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .secrets import b64_forms, find_secrets
+from .decode import find_known
+from .secrets import find_secrets
 from .text import iter_strings
 
 # Responses whose whole content is the server's own words (secret patterns are checked).
@@ -43,18 +46,24 @@ def _texts(message: dict[str, Any]) -> str:
     return "\n".join(text for _, text in iter_strings(body))
 
 
-def _marker_hits(text: str, canaries: dict[str, str]) -> list[str]:
+def marker_hits(text: str, canaries: dict[str, str]) -> list[str]:
+    """Evidence ("the marker of canary P", "the base64 marker of ...", "a part of the marker
+    of ... (reversed)") for each canary whose marker `text` carries in any form or in
+    part (`decode.find_known`). A part of a marker in a later output is the taint of an
+    earlier read that was not denied (observe mode, between calls), whatever read it."""
     hits = []
-    lowered = text.lower()
     for path, marker in canaries.items():
-        if not marker:
+        if not marker or (found := find_known(text, marker)) is None:
             continue
-        if marker in text:
+        form, what = found
+        if what != marker:
+            hits.append(f"a part of the marker of canary {path} ({form.removeprefix('part, ')})")
+        elif form == "plain":
             hits.append(f"the marker of canary {path}")
-        elif any(form in text for form in b64_forms(marker)):
-            hits.append(f"the base64 marker of canary {path}")
-        elif marker.encode().hex() in lowered:
-            hits.append(f"the hex marker of canary {path}")
+        elif form in ("base64", "hex"):
+            hits.append(f"the {form} marker of canary {path}")
+        else:
+            hits.append(f"the marker of canary {path} ({form})")
     return hits
 
 
@@ -67,7 +76,7 @@ def scan_message(
     """(rule, evidence) for what `message` must not carry to the host; evidence empty when
     it is clean. `answered` is the method of the host request it answers, if a response."""
     text = _texts(message)
-    if hits := _marker_hits(text, canaries):
+    if hits := marker_hits(text, canaries):
         return "canary-touched", [f"the server's message carries {h}" for h in hits]
     own = "method" in message or "error" in message or answered in OWN_WORDS
     if not own:
@@ -80,4 +89,4 @@ def scan_message(
     return "", []
 
 
-__all__ = ["OWN_WORDS", "message_label", "scan_message"]
+__all__ = ["OWN_WORDS", "marker_hits", "message_label", "scan_message"]

@@ -5,9 +5,13 @@ blocks, AWS/GCP/Azure keys, GitHub/GitLab/Slack/Stripe/npm/PyPI/OpenAI/Anthropic
 JWTs), credentials in URLs (`scheme://user:pass@host`) and credential assignments
 (`password=...`, `"api_key": "..."`, `token: ...`) whose value looks real (no placeholder,
 mixed characters). A bare high-entropy string (a hash, a UUID, a git SHA, a base64 image) is
-never a finding. Each is also found in base64 and hex payloads and split into groups
-(joined by spaces, dashes or newlines). The format table and its anchored matcher are in
-`secret_formats`. Pure; bounded by `MAX_SCAN_CHARS` per text.
+never a finding. Each is also found in base64 and hex payloads, split into groups (joined
+by spaces, dashes or newlines) and in the decoded views of `decode.views` (zero-width
+characters removed, url and quoted-printable decoded, line-broken base64 joined); the
+self-identifying formats alone also reversed and ROT13-encoded (a look-alike there is
+implausible; an assignment or a netrc line is not). netrc `login x password y` lines are
+assignments. The format table and its anchored matcher are in `secret_formats`. Pure;
+bounded by `MAX_SCAN_CHARS` per text (`decode.MAX_VIEW_CHARS` for the views).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .decode import find_known, rot13, views
 from .secret_formats import FORMATS, MAX_ANCHORS, at_anchors
 from .text import decoded_variants, iter_strings, leaf_key
 
@@ -73,6 +78,11 @@ _CODE_REF = re.compile(r"(?i)^(?:process\.env|os\.environ|env\.|getenv|self\.|th
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _DIGIT = re.compile(r"\d")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}")
+# a netrc entry: machine (or default), login, password (the value is its own token)
+_NETRC = re.compile(
+    r"(?<![\w.-])(?:machine[ \t]+\S+|default)[ \t]+(?:login[ \t]+(\S+)[ \t]+)?"
+    r"(?:account[ \t]+\S+[ \t]+)?password[ \t]+(\S{" + str(MIN_VALUE) + ",200})"
+)
 _WS = re.compile(r"\s+")
 _WS_DASH = re.compile(r"[\s-]+")
 # a value a secret-returning tool hands back: a token of mixed characters
@@ -98,7 +108,7 @@ class Finding:
 
     kind: str
     value: str
-    encoding: str = "plain"  # plain | base64 | hex | split
+    encoding: str = "plain"  # plain | base64 | hex | split | a `decode` form
     key: str = ""  # the assignment's key or the URL's user, when there is one
 
     def redacted(self) -> str:
@@ -107,7 +117,9 @@ class Finding:
         return f"{shown!r}... ({len(self.value)} chars)"
 
     def describe(self) -> str:
-        how = "" if self.encoding == "plain" else f", {self.encoding}-encoded"
+        enc = self.encoding
+        how = f", {enc}-encoded" if enc in ("base64", "hex", "split") else f" ({enc})"
+        how = "" if enc == "plain" else how
         key = f" in {self.key!r}" if self.key and self.kind != "credential in a URL" else ""
         return f"{self.kind}{key} {self.redacted()}{how}"
 
@@ -158,6 +170,11 @@ def _formats(text: str, loose: bool = False) -> list[tuple[str, str]]:
     ]
 
 
+def formats(text: str) -> list[tuple[str, str]]:
+    """(kind, value) of each self-identifying credential format in `text` (no placeholder)."""
+    return _formats(text)
+
+
 def _assignments(text: str) -> list[tuple[str, str]]:
     """(key, value) of each assignment whose key holds a credential word."""
     out: list[tuple[str, str]] = []
@@ -201,7 +218,21 @@ def _plain(text: str, encoding: str) -> list[Finding]:
         if any(value in f.value or f.value in value for f in found):
             continue  # a format already found it (token=ghp_...)
         found.append(Finding("credential assignment", value, encoding, key))
+    if "password" in text:
+        for m in _NETRC.finditer(text):
+            if looks_real(m.group(2)) and not any(m.group(2) == f.value for f in found):
+                found.append(Finding("netrc password", m.group(2), encoding, m.group(1) or ""))
     return found
+
+
+def _transformed(text: str) -> list[Finding]:
+    """Self-identifying formats in the reversed and the ROT13 text (never assignments)."""
+    head = text[:MAX_DECODE_CHARS]
+    return [
+        Finding(kind, value, enc)
+        for enc, view in (("reversed", head[::-1]), ("ROT13", rot13(head)))
+        for kind, value in _formats(view)
+    ]
 
 
 def _split(text: str, seen: Iterable[str]) -> list[Finding]:
@@ -248,6 +279,9 @@ def find_secrets(text: str) -> tuple[Finding, ...]:
     # a payload is a run of 16+ characters: prose without one is not worth decoding
     for enc, decoded in decoded_variants(head) if any(len(w) >= 16 for w in head.split()) else ():
         found += [f for f in _plain(decoded, enc) if not any(f.value == g.value for g in found)]
+    for enc, view in views(text):
+        found += [f for f in _plain(view, enc) if not any(f.value == g.value for g in found)]
+    found += [f for f in _transformed(text) if not any(f.value == g.value for g in found)]
     if len(found) < MAX_FINDINGS:
         found += _split(text[:MAX_DECODE_CHARS], (f.value for f in found))
     return tuple(found[:MAX_FINDINGS])
@@ -265,19 +299,10 @@ def b64_forms(value: str) -> list[str]:
 
 
 def carries(text: str, value: str) -> str | None:
-    """How `text` carries `value`: "plain", "base64", "hex", "split" (its characters in order
-    with only spaces/dashes between), or None."""
-    if len(value) < MIN_VALUE:
-        return None
-    if value in text:
-        return "plain"
-    if any(form in text for form in b64_forms(value)):
-        return "base64"
-    if value.encode().hex() in text.lower():
-        return "hex"
-    if "".join(value.split()).replace("-", "") in "".join(text.split()).replace("-", ""):
-        return "split"
-    return None
+    """How `text` carries all of `value`: "plain", "base64", "hex", "split" (its characters
+    in order with only spaces/dashes between), or another `decode` form; or None."""
+    found = find_known(text, value, MIN_VALUE, partial=False)
+    return found[0] if found is not None else None
 
 
 def asks_for_credentials(text: str | None) -> str | None:
@@ -366,6 +391,7 @@ __all__ = [
     "carries",
     "entropy",
     "find_secrets",
+    "formats",
     "looks_real",
     "name_words",
     "result_secrets",
