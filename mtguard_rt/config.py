@@ -9,7 +9,8 @@ call_timeout_s = 60
 [sandbox]   image, network, workspace, user, mounts, state_dir, package_overlay, memory_mb,
             pids_limit, cpus, env, allow_domains = ["registry.npmjs.org"] (kernel-enforced:
             only these hosts; the resolvers of /etc/resolv.conf or `dns` for port 53 only),
-            rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s)
+            rollback = "off" | "tree" | "scan" (+ rollback_dir, _max_files, _max_mb, _timeout_s),
+            seccomp = "guard" | "docker-default" | "profile.json" (relative to this file)
 [monitor]   settle_max_ms, workers, ring_pages
 [online]    mode = "enforce" | "observe" | "off", kill_on_touch = true
 [llm]       base_url, model, api_key_env, timeout_s, on_error ...   (absent: no LLM judge)
@@ -28,8 +29,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from .errors import PolicyError
+from .errors import PolicyError, SandboxError
 from .paths import default_audit_log
+from .sandbox.seccomp import CHOICES as SECCOMP_CHOICES
+from .sandbox.seccomp import load_profile
 from .sandbox.settings import SandboxConfig
 
 # A call that has not answered in this long is abandoned: its result is withheld and the
@@ -116,6 +119,14 @@ def load_config(path: str | Path | None) -> GuardConfig:
     ]
     if config.profile is not None and not Path(config.profile.path).is_absolute():
         config.profile.path = str((base / config.profile.path).resolve())
+    seccomp = config.sandbox.seccomp
+    if seccomp not in SECCOMP_CHOICES and not Path(seccomp).is_absolute():
+        config.sandbox.seccomp = str((base / seccomp).resolve())
+    if config.sandbox.seccomp not in SECCOMP_CHOICES:  # a typo fails here, with its line
+        try:
+            load_profile(config.sandbox.seccomp)
+        except SandboxError as exc:
+            raise PolicyError(str(p), _line_of(text, "field `seccomp`"), str(exc)) from exc
     return config
 
 

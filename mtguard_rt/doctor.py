@@ -16,8 +16,10 @@ import msgspec
 from .errors import GuardError
 from .monitor.probe import probe
 from .sandbox.cgroups import cgroup2_mount
-from .sandbox.engine import open_engine
+from .sandbox.engine import DockerEngine, open_engine
 from .sandbox.image import DEFAULT_IMAGE, canaries_of
+from .sandbox.seccomp import describe
+from .sandbox.settings import SandboxConfig
 
 
 class Check(msgspec.Struct):
@@ -69,7 +71,16 @@ def _cgroup2() -> tuple[bool, str]:
         return False, str(exc)
 
 
-async def _docker() -> tuple[Check, Check]:
+async def _seccomp(engine: DockerEngine) -> Check:
+    """The daemon must apply seccomp profiles: the sandbox passes its own (sandbox/seccomp.py)."""
+    options = (await engine.info()).get("SecurityOptions") or []
+    ok = any("name=seccomp" in str(o) for o in options)
+    detail = describe(SandboxConfig().seccomp) + " (default; `[sandbox] seccomp` changes it)"
+    fix = "use a Docker built with seccomp (libseccomp) on a kernel with CONFIG_SECCOMP_FILTER"
+    return Check("seccomp", ok, detail if ok else "the daemon reports no seccomp support", fix)
+
+
+async def _docker() -> tuple[Check, ...]:
     try:
         with anyio.fail_after(10):
             async with open_engine() as engine:
@@ -94,13 +105,14 @@ async def _docker() -> tuple[Check, Check]:
                     image = Check(
                         "sandbox image", False, str(exc).split(";")[0], "mtguard image build"
                     )
-                return docker, image
+                return docker, image, await _seccomp(engine)
     except (GuardError, TimeoutError) as exc:
         detail = str(exc).split(". ")[0] or "no answer within 10 s"
         fix = "dockerd --bridge=none --iptables=false --ip6tables=false &  (or: make demo)"
         return (
             Check("docker", False, detail, fix),
             Check("sandbox image", False, "Docker unreachable", "start Docker first"),
+            Check("seccomp", False, "Docker unreachable", "start Docker first"),
         )
 
 

@@ -38,5 +38,6 @@ def test_doctor_passes_on_a_prepared_machine() -> None:
         "cgroup v2",
         "docker",
         "sandbox image",
+        "seccomp",
     ):
         assert f"ok   {name}" in done.stdout

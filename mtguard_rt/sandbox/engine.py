@@ -76,6 +76,10 @@ class DockerEngine:
         data: dict[str, Any] = (await self._request("GET", "/version", "report its version")).json()
         return data
 
+    async def info(self) -> dict[str, Any]:
+        data: dict[str, Any] = (await self._request("GET", "/info", "report its info")).json()
+        return data
+
     async def image_inspect(self, image: str) -> dict[str, Any]:
         response = await self._request(
             "GET", f"/images/{image}/json", f"inspect image {image}", ok=(200, 404)

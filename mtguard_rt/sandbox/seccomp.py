@@ -157,7 +157,7 @@ def describe(choice: str) -> str:
     """One line for `mtguard doctor` and logs: which profile a sandbox runs under."""
     if choice == "guard":
         n = len(NOT_IMPLEMENTED) + len(REFUSED) + 1
-        return f"guard profile ({n} syscalls refused, io_uring and process access among them)"
+        return f"guard profile: {n} syscalls refused, io_uring and ptrace among them"
     if choice == "docker-default":
         return "Docker's default profile (io_uring, if the daemon allows it, is not traced)"
     return f"custom profile {choice}"

@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mtguard_rt.errors import SandboxError
+from mtguard_rt.config import load_config
+from mtguard_rt.errors import PolicyError, SandboxError
 from mtguard_rt.sandbox import SandboxConfig, open_sandbox
 from mtguard_rt.sandbox.container import security_opts
 from mtguard_rt.sandbox.seccomp import (
@@ -184,3 +185,16 @@ async def test_a_profile_file_is_what_the_sandbox_runs_under(tmp_path: Path) -> 
     script = "mkdir /tmp/d 2>&1 || echo refused; touch /tmp/f && echo touched"
     out, _ = await run(["sh", "-c", script], SandboxConfig(seccomp=str(path)))
     assert "Permission denied" in out and "refused" in out and "touched" in out, out
+
+
+def test_config_resolves_a_profile_path_and_rejects_a_bad_one(tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text('{"defaultAction": "SCMP_ACT_ALLOW"}')
+    good = tmp_path / "good.toml"
+    good.write_text('[sandbox]\nseccomp = "p.json"\n')
+    assert load_config(good).sandbox.seccomp == str(tmp_path / "p.json")
+    assert load_config(None).sandbox.seccomp == "guard"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[sandbox]\nnetwork = "none"\nseccomp = "missing.json"\n')
+    with pytest.raises(PolicyError, match=r"missing\.json") as info:
+        load_config(bad)
+    assert info.value.line == 3
