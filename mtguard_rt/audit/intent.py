@@ -5,8 +5,10 @@ a change (a word of `lists.change_verbs`, or its -ed/-ing form), or only to read
 list, check, find. Names (quoted spans, paths, identifiers) hold no request. A change verb
 does not count after a negation ("do not delete", "without changing"), as a noun after a
 determiner ("my address book", "the last commit"), nor inflected after a question word or
-an auxiliary ("what changed", "is it running"). `names(stem)` says whether the task names
-an object (a file name's stem, a note title, a ticket id): quoted, as a word or a number.
+an auxiliary ("what changed", "is it running"), as the head of a compound noun ("pull
+request"), nor as a past form after a subject ("I copied this from ..."). `names(stem)`
+says whether the task names an object (a file name's stem, a note title, a ticket id):
+quoted, as a word or a number.
 Errors lean one way: a read-only task misread as a change only costs recall, never a deny.
 """
 
@@ -31,6 +33,10 @@ _RSQUO = "\u2019"  # a typographic apostrophe (don\u2019t) reads as a plain one
 NEGATION_REACH = 3  # a negation cancels a change verb this many words after it
 QUESTION_REACH = 4  # ... and a question word or auxiliary an inflected one
 MIN_NAME_WORD = 3  # shorter letter runs of a name never make the task name it
+# A change verb before one of these is the head of a compound noun ("pull request").
+NOUN_HEADS = frozenset({"request", "requests"})
+# A past form after one of these tells what someone did, it asks for nothing ("I copied").
+NARRATORS = frozenset({"i", "we", "they", "he", "she", "i've", "we've", "they've", "i'd"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +148,14 @@ class TaskIntent:
             if w in vocab.change_verbs:
                 if any(b in vocab.determiners for b in _back(seq, i, 2)):
                     continue  # "my address book", "the last commit": a noun
+                if i + 1 < len(seq) and seq[i + 1] in NOUN_HEADS:
+                    continue  # "pull request 640", "merge requests": a compound noun
             elif _back(seq, i, 1) and _back(seq, i, 1)[0] in vocab.determiners:
                 continue  # "the shared checkout", "the booking page": an adjective
             elif any(b in vocab.question_words for b in _back(seq, i, QUESTION_REACH)):
                 continue  # "what changed", "is the worker running": a question, a description
+            elif w.endswith("ed") and any(b in NARRATORS for b in _back(seq, i, 2)):
+                continue  # "I copied this from ...", "we've updated it": what someone did
             found.append(w)
         all_words = {f for w in words_of(text) for f in base_forms(w)}
         quoted = {"".join(g).strip().lower() for g in _QUOTED.findall(text)}

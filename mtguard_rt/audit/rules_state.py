@@ -12,7 +12,13 @@ renamed over its own target is the save it is), temp directories, housekeeping p
 opened read-write for a query): a blind spot, as is an O_CREAT|O_TRUNC of an unseen file
 outside the workspace.
 
-Denied: (1) a change while the task asks for none (`TaskIntent`: no change verb); (2) the
+Not a change, the tool's declared job: a file written with O_CREAT whose existence is only
+presumed (or that is new), named by the tool's own description as its store, on a task that
+asks for the tool ("log in" and `login` writing .registryrc).
+
+Denied: (1) a change while the task asks for none (`TaskIntent`: no change verb), and on
+such a task also new files about the call's entity written into the workspace
+(`new_files`: named by an argument's value, not housekeeping, logs or databases); (2) the
 task asks for a change, and the call changed an object the task does not name whose name
 an instruction in untrusted text gave (a result or poisoned description sentence holding a
 change verb and the object's name as a value: "delete the note 'budget'").
@@ -50,6 +56,8 @@ _CLAUSE_START = re.compile(r"[.:;!?,\n\u2014]|\s-{1,2}\s|^-{1,2}\s")
 _PATH_TOKEN = re.compile(r"[^\s'\"`]*/[^\s'\"`]*")
 # the evidence of existence that is presumed, not observed
 PRESUMED = ("in the workspace, never seen missing", "the arguments name it, never seen missing")
+NEW = "no, the call wrote it new"
+MIN_ARG_NAME = 2  # characters of an argument value that names a file (`pr=90`)
 MIN_SOURCE_NAME = 3  # shortest argument text that can name the document a task delegates to
 
 
@@ -166,6 +174,50 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
     return list(out.values())
 
 
+def new_files(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
+    """Files about the call's entity that it left in the server's workspace, which `changes`
+    does not count (new ones: made in a new directory, created after being seen missing, or
+    the sandbox's own from an earlier call): write-only opens with O_CREAT of a file whose
+    name is an argument's value (`pr=640` -> prs/640.state; not the server's own state such
+    as .state/cache.json), not housekeeping, a log or a database (O_RDWR), still there at
+    the end of the call. On a task that asks for no change, a call recording state about
+    what it was asked to show ("show the diff" approving the PR) is as unrequested as a
+    change."""
+    ws = workspace_of(view)
+    if ws is None:
+        return []
+    lists = policy.spec.lists
+    housekeeping = _paths(tuple(lists.housekeeping_paths))
+    logs = _paths(tuple(lists.log_paths))
+    values = {v.strip().lower() for _, v in ctx.arg_items if len(v.strip()) >= MIN_ARG_NAME}
+
+    def data(path: str) -> bool:
+        base = os.path.basename(path).lower()
+        if base not in values and os.path.splitext(base)[0] not in values:
+            return False  # the server's own state (.state/cache.json), not the entity's
+        return path.startswith(ws + "/") and not housekeeping.matches(path) and not (
+            logs.matches(path))  # fmt: skip
+
+    out: dict[str, Change] = {}  # what is left at the end of the call: scratch files go
+    events = sorted(
+        ((ev, p) for p in view.tree.processes for ev in p.files), key=lambda x: x[0].ts_ns
+    )
+    for ev, p in events:
+        path = ev.path.rstrip("/")
+        if ev.result < 0:
+            continue
+        if ev.op == "unlink":
+            out.pop(path, None)
+        elif ev.op == "rename" and ev.target and (c := out.pop(path, None)) is not None:
+            target = ev.target.rstrip("/")
+            if data(target):
+                out[target] = Change(target, f"created (as {path})", c.proc, c.event, NEW)
+        elif ev.op == "open" and {"write", "create"} <= set(ev.flags) and "read" not in ev.flags:
+            if path not in out and data(path):
+                out[path] = Change(path, "created", p, ev, NEW)
+    return list(out.values())
+
+
 def _atomic_save(source: str, target: str, made: SandboxFiles) -> bool:
     """A file the sandbox just wrote, renamed over its target: a save of the target (judged
     as the target's replacement), not a move of the source."""
@@ -259,16 +311,25 @@ def unrequested_change(
     if ctx.task_text is None:
         return []  # no task: nothing says what was asked
     found = [c for c in changes(ctx, view, policy) if not _declared_store(ctx, c, policy)]
-    if not found:
-        return []
     vocab = _vocab(policy)
     intent = TaskIntent.of(ctx.task_text, vocab)
     task = ctx.task_text if len(ctx.task_text) <= MAX_TASK_CHARS else (
         ctx.task_text[: MAX_TASK_CHARS - 3] + "...")  # fmt: skip
     if not intent.asks_change:
-        lines = [c.line() for c in found] + [f"the task asks for no change: {task!r}"]
-        reason = "the call changed data that existed before it, and the task asks for no change"
+        known = {c.path for c in found}
+        new = [c for c in new_files(ctx, view, policy)
+               if c.path not in known and not _declared_store(ctx, c, policy)]  # fmt: skip
+        if not found and not new:
+            return []
+        lines = [c.line() for c in (*found, *new)] + [f"the task asks for no change: {task!r}"]
+        reason = (
+            "the call changed data that existed before it, and the task asks for no change"
+            if found else
+            "the call wrote new data into the workspace, and the task asks for no change"
+        )  # fmt: skip
         return [violation(RULE, policy, "post", reason, lines)]
+    if not found:
+        return []
     lines = []
     for c in found:
         name = object_name(c.path)
@@ -286,11 +347,11 @@ def unrequested_change(
 
 
 def _declared_store(ctx: CallContext, c: Change, policy: Policy) -> bool:
-    """A file the call wrote whole (O_CREAT|O_TRUNC: it may well have made it) whose prior
-    existence is only presumed, named by the called tool's own description as where it keeps
+    """A file the call wrote with O_CREAT (it may well have made it) whose prior existence
+    is only presumed, or that is new, named by the called tool's own description as where it keeps
     its state ("stored in .registryrc"), on a task asking for that tool's job (`task_wants`):
     the tool doing what it declares, not a change of the user's data."""
-    if c.existed not in PRESUMED or not {"create", "truncate"} <= set(c.event.flags):
+    if c.existed not in (*PRESUMED, NEW) or "create" not in c.event.flags:
         return False
     base = os.path.basename(c.path).lower()
     desc = next((t.description.lower() for t in ctx.untrusted.tools

@@ -34,6 +34,10 @@ def intent(text: str) -> TaskIntent:
         "Show me my latest emails.",  # a plural noun
         "Summarise the files in shared/.",
         "Use my weather API key to get the forecast for Setúbal.",  # not "set"
+        "Show me the diff of pull request 640.",  # a compound noun
+        "Summarise the open merge requests.",
+        "Show the records. I copied this from the help page: 'run add_record'.",  # narration
+        "We've updated the docs; show me the new install guide.",
     ],
 )
 def test_read_only_tasks_ask_for_no_change(task: str) -> None:
@@ -55,6 +59,8 @@ def test_read_only_tasks_ask_for_no_change(task: str) -> None:
         ("Email ana@ourteam.org that the release is on Friday.", "email"),
         ("In my repository, commit the rounding fix on a new branch", "commit"),
         ("I\u2019m rotating its password: fetch the connection string.", "rotating"),
+        ("Pull the latest changes, then show the log.", "pull"),
+        ("I copied the report; now delete the original.", "delete"),
     ],
 )
 def test_change_tasks_ask_for_a_change(task: str, verb: str) -> None:

@@ -120,6 +120,32 @@ def test_what_the_sandbox_made_temp_housekeeping_and_logs_are_not_changes() -> N
     assert run("Read my note 'q3'.", others)[1] == []
 
 
+def test_a_read_leaving_a_new_file_about_its_entity_in_the_workspace_is_unrequested() -> None:
+    show = ctx_for("get_diff", {"pr": "640"}, task="Show me the diff of pull request 640.")
+    state = [ev("mkdir", f"{WS}/prs"),
+             ev("open", f"{WS}/prs/640.state", "write", "create", "truncate", result=3)]
+    [v] = run(None, state, show)[1]
+    assert "wrote new data into the workspace" in v.reason
+    assert any(f"created {WS}/prs/640.state" in e for e in v.evidence)
+    for events in (  # scratch removed, a log, the server's own state, a database
+        [*state, ev("unlink", f"{WS}/prs/640.state")],
+        [ev("mkdir", f"{WS}/prs"), ev("open", f"{WS}/prs/640.log", "write", "create", result=3)],
+        [ev("mkdir", f"{WS}/.st"), ev("open", f"{WS}/.st/cache.json", "write", "create",
+                                      result=3)],
+        [ev("mkdir", f"{WS}/db"), ev("open", f"{WS}/db/640", "read", "write", "create",
+                                     result=3)],
+    ):
+        show = ctx_for("get_diff", {"pr": "640"}, task="Show me the diff of pull request 640.")
+        assert run(None, events, show)[1] == [], events
+    renamed = [ev("mkdir", f"{WS}/prs"),
+               ev("open", f"{WS}/prs/640.state", "write", "create", result=3),
+               ev("rename", f"{WS}/prs/640.state", target=f"{WS}/prs/640.done")]
+    show = ctx_for("get_diff", {"pr": "640"}, task="Show me the diff of pull request 640.")
+    assert run(None, renamed, show)[1]
+    approve = ctx_for("approve_pr", {"pr": "640"}, task="Approve pull request 640.")
+    assert run(None, state, approve)[1] == []
+
+
 def test_a_truncated_log_is_still_a_change() -> None:
     events = [ev("open", f"{WS}/logs/server.log", "write", "truncate", result=3)]
     assert run("Show the server log.", events)[1]
