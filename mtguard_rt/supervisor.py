@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 from .audit import CallContext, PolicyEngine, ToolPins, strip_descriptions
-from .audit.consent import written_paths
+from .audit.consent import before_candidates, written_paths
 from .audit.online import OnlineEvent, OnlineMode, OnlineRules
 from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
@@ -214,6 +214,7 @@ class Supervisor:
         self.files = files
         self.kernel_writes = kernel_writes or []  # persistence files killed on write (kernel)
         self._persisted: dict[str, str | None] = {}
+        self._ws_listed = False  # the workspace's class files read (`before_candidates`)
         self._written: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.scope = scope  # its workspace and roots, for `scope-escape`
         self.kills: deque[OnlineKill] = deque(maxlen=RECENT_KILLS)
@@ -579,13 +580,20 @@ class Supervisor:
 
     async def _persistence_before(self) -> dict[str, str | None] | None:
         """The persistence files as the last call left them (what a call's additions are
-        taken against): the write-only canaries, read once, then every file a call wrote,
-        read back after it. A write by the server between calls is not in it, so it counts
+        taken against): the write-only canaries and the workspace's class files (build
+        files, a repo's config: `before_candidates`), read once, then every file a call
+        wrote, read back after it. A write by the server between calls is not in it, so it counts
         as the next writing call's own (no consent for it). None: no sandbox to read."""
         if self.files is None:
             return None
         only = self.engine.policy.canary_write_only
         new = [p for p in self.canaries if only.matches(p) and p not in self._persisted]
+        ws = self.scope.workspace if self.scope is not None else None
+        if ws and not self._ws_listed:  # the workspace's build files, hooks' config: once
+            self._ws_listed = True
+            subdirs = getattr(self.files, "subdirs", None)  # a peek that can list (SandboxFiles)
+            dirs = [ws, *(await anyio.to_thread.run_sync(subdirs, ws) if subdirs else [])]
+            new += [p for p in before_candidates(dirs) if p not in self._persisted]
         if new:
             self._persisted.update(await self._read_files(new) or {})
         return dict(self._persisted)

@@ -329,6 +329,19 @@ def written_paths(tree: BehaviorTree, policy: Policy) -> list[str]:
     return list(out)
 
 
+# the workspace files of content-judged and workspace classes, read before a call (at the
+# workspace and one directory down) so that what a call adds is taken against what was there
+BEFORE_NAMES = (
+    "package.json", "Makefile", "makefile", "GNUmakefile", ".git/config", ".npmrc", ".yarnrc",
+    ".yarnrc.yml", ".envrc", ".vscode/tasks.json", ".vscode/launch.json",
+)
+
+
+def before_candidates(dirs: list[str]) -> list[str]:
+    """The class files in `dirs` (the workspace and its subdirectories) to read before."""
+    return [f"{d.rstrip('/')}/{n}" for d in dirs for n in BEFORE_NAMES]
+
+
 def online_persistence(policy: Policy, path: str) -> bool:
     """Is a write to `path` judged as it happens (online, before the content is read back)?
     The policy's persistence paths and the classes whose every unasked write runs later."""

@@ -51,6 +51,33 @@ class SandboxFiles:
             os.close(root)
         return out
 
+    def subdirs(self, path: str, limit: int = 64) -> list[str]:
+        """The real directories (no links) directly in the sandbox's `path`, at most
+        `limit` of them, sorted; [] when it cannot be walked safely."""
+        norm = os.path.normpath(path)
+        if self.pid <= 0 or not norm.startswith("/"):
+            return []
+        fds: list[int] = []
+        try:
+            at = os.open(f"/proc/{self.pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds.append(at)
+            for part in [p for p in norm.split("/") if p]:
+                at = os.open(part, DIR_FLAGS, dir_fd=at)
+                fds.append(at)
+            names = sorted(os.listdir(at))
+            out: list[str] = []
+            for name in names:
+                if len(out) >= limit:
+                    break
+                if stat.S_ISDIR(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
+                    out.append(f"{norm.rstrip('/')}/{name}")
+            return out
+        except OSError:
+            return []
+        finally:
+            for fd in reversed(fds):
+                os.close(fd)
+
 
 def _read_at(root: int, path: str) -> str | None:
     norm = os.path.normpath(path)
