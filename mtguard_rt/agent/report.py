@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import BETWEEN_TOOL, AuditRecord
+from ..model import BETWEEN_TOOL, STARTUP_TOOL, AuditRecord
 from .protocol import CallReport
 
 
@@ -21,6 +21,6 @@ def call_report(record: AuditRecord) -> CallReport:
         violations=[(v.rule, v.phase, v.mode) for v in record.violations],
         kills=kills,
         rollback=record.rollback.action if record.rollback is not None else "",
-        between=record.tool == BETWEEN_TOOL,
+        between=record.tool in (BETWEEN_TOOL, STARTUP_TOOL),  # no call: counted apart
         stages_ms={"pre": t.pre, "settle": t.settle, "post": t.post, "total": t.total},
     )

@@ -10,6 +10,7 @@ program and contributes none; a process seen without its exec event contributes 
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -22,6 +23,9 @@ MODIFYING_OPS = frozenset({"unlink", "rename", "mkdir", "rmdir", "chmod", "symli
 # a link's `target` is only named, not read or written: classified as a canary only (a new
 # name for a canary reaches it unseen by path), never as a sensitive or persistence path
 LINK_OPS = frozenset({"symlink", "link"})
+# a process's root through /proc (/proc/self/root/etc/x is /etc/x): every traced process is in
+# the sandbox's one pid and mount namespace, with no capability to chroot, so it is "/"
+_PROC_ROOT = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/root(?=/|$)")
 
 
 def label(p: ProcessNode) -> str:
@@ -115,6 +119,8 @@ class TreeView:
         self, p: ProcessNode, ev: FileEvent, path: str, policy: Policy, canaries: dict[str, str]
     ) -> None:
         if ev.resolved or path.startswith("/"):
+            if path.startswith("/proc/"):
+                path = _PROC_ROOT.sub("", path, count=1) or "/"
             path = path.rstrip("/") or "/"
             mask = policy.classify(path)
             canary = path if path in canaries else None

@@ -7,8 +7,11 @@ tree is cut into a `BetweenPeriod` when the policy says so, never per event: `fl
 after the first effect (file, exec, network, a kill) but at most once per `min_gap_s`; after
 `flush_every_s` when only process lifecycle is pending; at once (still the gap) at
 `max_events`; and when the period ends (`seal`: the next window opens, before it seeds, so no
-event loses its place). The start-up, before the first call's window, is not a between-call
-period (not recorded here). `next_periods()` is the wait its owner's flush task loops on.
+event loses its place). The start-up (from the sandbox's release until `end_startup`: the
+server answered its first request, or a window opens) is cut the same way into periods marked
+`startup`; its owner says when each is judged (`judged`), and `startup_judged()` waits until
+the start-up is over and every cut of it judged. `next_periods()` is the wait its owner's
+flush task loops on.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class BetweenPeriod(msgspec.Struct, kw_only=True):
 
     seq: int
     tree: BehaviorTree
+    startup: bool = False  # a cut of the start-up (before the server's first answer)
     kernel_kills: list[str] = msgspec.field(default_factory=list)  # kill-on-touch evidence
     online_kills: dict[int, str] = msgspec.field(default_factory=dict)  # pid -> online rule
     ended: bool = False
@@ -70,13 +74,16 @@ class BetweenFeed:
         self._wake = anyio.Event()
         self.seq = 0
         self.cut_total = 0
-        self._called = False  # a window has opened: the start-up is over
+        self.in_startup = True  # until the server's first answer or the first window
+        self._unjudged = 0  # start-up cuts not judged yet (`judged`)
+        self._judged = anyio.Event()
 
     # -- fed by the tail (event loop thread, synchronous) --------------------------------
     def begin(self, window: Window | None = None) -> None:
         """A new period: the closed window's live processes carried over (its workers as
         spawned, the server's own as seeded). What was pending is cut first."""
-        self._called = self._called or window is not None
+        if window is not None:
+            self._end_startup()
         if self._pending:
             self._cut(ended=True)
         now = time.monotonic_ns()
@@ -90,8 +97,6 @@ class BetweenFeed:
         if not self.policy.enabled or ev.kind == K_STDIO:
             return  # what the server read is the integrity rules' (next window's stdio)
         if self._builder is None:
-            if not self._called:
-                return  # the server starting up, before any call: not between calls
             self.begin()
         b = self._builder
         assert b is not None
@@ -128,7 +133,39 @@ class BetweenFeed:
         if self._pending or self._kills or self._online:
             self._cut(ended=True)
         self._builder = None
-        self._called = True
+        self._end_startup()
+
+    # -- the start-up ----------------------------------------------------------------------
+    def end_startup(self) -> None:
+        """The server answered its first request: what is pending is the start-up's last cut;
+        what follows is between calls (its live processes carried over). Idempotent."""
+        if not self.in_startup:
+            return
+        if self._pending or self._kills or self._online:
+            self._cut(ended=True, carry=True)
+        self._end_startup()
+
+    def _end_startup(self) -> None:
+        if self.in_startup:
+            self.in_startup = False
+            if not self._unjudged:
+                self._judged.set()
+
+    def judged(self, period: BetweenPeriod) -> None:
+        """Its owner is done with `period` (recorded, or lost): a start-up cut counts down."""
+        if period.startup and self._unjudged:
+            self._unjudged -= 1
+            if not self._unjudged and not self.in_startup:
+                self._judged.set()
+
+    @property
+    def startup_done(self) -> bool:
+        return not self.in_startup and not self._unjudged
+
+    async def startup_judged(self) -> None:
+        """Wait until the start-up is over and each of its cuts judged (the caller bounds
+        the wait). Once done it stays done: no cut is a start-up's after `end_startup`."""
+        await self._judged.wait()
 
     # -- the policy ------------------------------------------------------------------------
     def due_ns(self) -> int | None:
@@ -166,7 +203,9 @@ class BetweenFeed:
                 with anyio.move_on_after(max(0.0, (due - time.monotonic_ns()) / 1e9)):
                     await self._wake.wait()
 
-    def _cut(self, ended: bool) -> None:
+    def _cut(self, ended: bool, carry: bool = False) -> None:
+        """Cut what is pending; `carry`: a period that goes on (also `not ended`) starts the
+        next cut with the live processes."""
         b = self._builder
         now = time.monotonic_ns()
         if b is not None and (self._pending or self._kills or self._online):
@@ -181,17 +220,19 @@ class BetweenFeed:
                 node.still_running = False
             self.seq += 1
             self.cut_total += 1
+            self._unjudged += self.in_startup
             self._ready.append(
                 BetweenPeriod(
                     seq=self.seq,
                     tree=tree,
+                    startup=self.in_startup,
                     kernel_kills=self._kills,
                     online_kills=self._online,
                     ended=ended,
                 )
             )
             self._wake.set()
-            if not ended:  # the period goes on: its live processes carried into the next cut
+            if carry or not ended:  # it goes on: its live processes carried into the next cut
                 nb = TreeBuilder(self._call, now, lookup=read_process)
                 for proc in b._order:
                     if proc.alive:

@@ -26,11 +26,14 @@ from mcp.shared.message import SessionMessage
 from ..config import GuardConfig
 from ..errors import ServerExited
 from ..guard import GuardedServer, open_guard
+from ..startup import end_startup
 from .remote import connect_server, redact
 from .upstream import Message, UpstreamError
 from .withhold import WITHHELD, Withholder
 
 PROTOCOL_STAMP = "io.modelcontextprotocol/"  # _meta keys a sessionless revision requires
+# the answers that end the server's start-up record (or its first call does: startup.py)
+STARTUP_ENDS = frozenset({"initialize", "tools/list"})
 # After the host closes stdin, in-flight calls get this long to finish and be recorded.
 HOST_EOF_GRACE_S = 5.0
 
@@ -183,6 +186,8 @@ class Relay:
                 self.withholder.unsolicited(message)
                 return
             answered = self.forwarded.pop(request_id)
+            if answered in STARTUP_ENDS:  # its start-up judged first (a deny quarantines)
+                await end_startup(self.server.supervisor)
         screened, answer_server = self.withholder.screen(message, answered)
         if answer_server:  # a server-to-client request the host must not see: refuse it
             error = {"code": WITHHELD, "message": "mtguard: request withheld from the host"}

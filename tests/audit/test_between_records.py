@@ -1,6 +1,7 @@
 """Between-call records (between_calls.py) on synthetic periods with the real policy engine:
 the synthetic call, the post rules with no declared call, kill evidence, and the per-server
-task that cuts and emits them (bounded, cancelled with its group, survives a broken sink)."""
+task that cuts and emits them (bounded, cancelled with its group, survives a broken sink);
+start-up records (startup.py): no task, the rules that may deny, quarantine, the gate."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ import anyio
 import pytest
 
 from mtguard_rt.audit import PolicyEngine, ToolPins, load_policy
-from mtguard_rt.between_calls import BETWEEN_TOOL, between_record, is_between, run_between
-from mtguard_rt.model import AuditRecord, DeclaredCall
+from mtguard_rt.between_calls import (
+    BETWEEN_TOOL,
+    between_record,
+    is_between,
+    is_startup,
+    run_between,
+)
+from mtguard_rt.model import STARTUP_TOOL, AuditRecord, DeclaredCall
 from mtguard_rt.monitor.between import BetweenFeed, BetweenPolicy
 from mtguard_rt.monitor.decode import RawEvent
 from mtguard_rt.monitor.kinds import Kind
 from mtguard_rt.monitor.paths import AT_FDCWD
+from mtguard_rt.startup import end_startup
 from mtguard_rt.supervisor import Supervisor
 
 from .trees import CANARIES, HOME
@@ -127,3 +135,125 @@ async def test_a_between_record_becomes_spans_and_alerts_as_a_deny() -> None:
     spans = SpanBuilder(Resource.create({"service.name": "test"})).build(rec, new_trace_id())
     assert spans and any(BETWEEN_TOOL in s.name for s in spans), [s.name for s in spans]
     assert "deny" in alert_kinds(rec, None, ["deny"])
+
+
+# -- the start-up (startup.py): records of what the server did before its first answer -------
+def _exec(pid: int, exe: str, argv: list[str]) -> list[RawEvent]:
+    t = time.monotonic_ns()
+    args = "\0".join(argv).encode()
+    return [
+        RawEvent(ts_ns=t, cgroup_id=7, kind=int(Kind.EXEC), pid=pid, a0=AT_FDCWD,
+                 s1=exe.encode(), s2=args, a1=len(args), a2=len(argv)),
+        RawEvent(ts_ns=t + 1, cgroup_id=7, kind=int(Kind.EXEC_RESULT), pid=pid),
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_canary_read_at_start_up_is_a_denying_startup_record_and_quarantines() -> None:
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    sup = _supervisor(feed, lambda *a: None)
+    feed.feed(_open("/usr/lib/python3.11/json/__init__.py"))
+    feed.feed(_open(f"/proc/self/root{HOME}/.aws/credentials"))  # the kernel kills the name
+    feed.end_startup()
+    (period,) = feed.take()
+    rec = await between_record(sup, period)
+    assert is_startup(rec) and is_between(rec)  # no call's record: replays skip it
+    assert rec.tool == STARTUP_TOOL and rec.call_id == "srv-startup-1"
+    assert rec.task is None and rec.arguments == {}  # no task: none given at start-up
+    assert rec.decision == "deny" and "canary-touched" in rec.rules
+    assert sup.quarantined is None  # the record alone: run_between quarantines (below)
+
+
+@pytest.mark.anyio
+async def test_end_startup_returns_once_judged_and_a_secret_read_has_quarantined() -> None:
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    got: list[AuditRecord] = []
+    sup = _supervisor(feed, lambda record, *a: got.append(record))
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run_between, sup)
+            feed.feed(_open(f"{HOME}/.ssh/id_rsa"))
+            await end_startup(sup)
+            assert sup.quarantined is not None and "canary-touched" in sup.quarantined
+            assert [r.tool for r in got] == [STARTUP_TOOL]
+            await end_startup(sup)  # done: at once, nothing more recorded
+            tg.cancel_scope.cancel()
+    assert len(got) == 1
+
+
+@pytest.mark.anyio
+async def test_observe_mode_records_a_start_up_deny_and_does_not_quarantine() -> None:
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    got: list[AuditRecord] = []
+    sup = _supervisor(feed, lambda record, *a: got.append(record))
+    sup.observe = True
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run_between, sup)
+            feed.feed(_open(f"{HOME}/.aws/credentials"))
+            await end_startup(sup)
+            tg.cancel_scope.cancel()
+    (rec,) = got
+    assert rec.decision == "deny" and rec.mode == "observe" and sup.quarantined is None
+
+
+@pytest.mark.anyio
+async def test_a_benign_start_up_allows() -> None:
+    """An interpreter's start-up: its libraries, its own caches, a config read, a child."""
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    sup = _supervisor(feed, lambda *a: None)
+    for path in ("/usr/lib/python3.11/os.py", "/etc/ssl/certs/ca-certificates.crt",
+                 f"{HOME}/.gitconfig", "/etc/passwd"):
+        feed.feed(_open(path))
+    probe = _open(f"{HOME}/.npmrc")
+    probe.ret = -2  # npm probing a ~/.npmrc that is not there (ENOENT): nothing read
+    feed.feed(probe)
+    feed.feed(_open(f"{HOME}/.cache/uv/lock", 0o1101))  # O_WRONLY|O_CREAT|O_TRUNC
+    feed.feed(_open(f"{HOME}/.npm/_logs/debug-0.log", 0o1101))
+    feed.feed(_open("/tmp/node-compile-cache/x", 0o1101))
+    feed.end_startup()
+    (period,) = feed.take()
+    rec = await between_record(sup, period)
+    assert rec.decision == "allow", [(v.rule, v.reason, v.evidence) for v in rec.violations]
+
+
+def test_only_effects_no_call_explains_may_deny_a_start_up_record() -> None:
+    """Rules that need a declared call (its shell, its command, its scope) keep their
+    finding as observe evidence; a secret read, persistence, egress, process control deny."""
+    from mtguard_rt.model import Verdict, Violation
+    from mtguard_rt.startup import STARTUP_DENY, startup_verdict
+
+    def found(rule: str) -> Violation:
+        return Violation(rule=rule, phase="post", mode="enforce", reason=rule)
+
+    shell = startup_verdict(Verdict(decision="deny", phase="post",
+                                    violations=[found("unexpected-shell")]))
+    assert shell.decision == "allow" and shell.phase is None
+    assert shell.violations[0].mode == "observe"
+    assert "at start-up" in shell.violations[0].evidence[-1]
+    for rule in sorted(STARTUP_DENY):
+        kept = startup_verdict(Verdict(decision="deny", phase="post",
+                                       violations=[found("command-mismatch"), found(rule)]))
+        assert kept.decision == "deny" and [v.mode for v in kept.violations] == [
+            "observe", "enforce"], rule
+    assert STARTUP_DENY >= {"canary-touched", "sensitive-file-read", "persistence-write",
+                            "unexpected-network", "process-control"}
+
+
+@pytest.mark.anyio
+async def test_the_servers_own_launch_at_start_up_allows() -> None:
+    """The gate shell execs the server, which runs a launcher's child: no call declared
+    anything, and no shell or command rule may deny a start-up for it."""
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    sup = _supervisor(feed, lambda *a: None)
+    for e in _exec(SERVER, "/usr/bin/node", ["node", "/usr/lib/node_modules/npm/bin/npx-cli.js",
+                                              "-y", "@scope/server", "/ws"]):
+        feed.feed(e)
+    feed.feed(RawEvent(ts_ns=time.monotonic_ns(), cgroup_id=7, kind=int(Kind.FORK),
+                       pid=SERVER, a0=SERVER + 1))
+    for e in _exec(SERVER + 1, "/bin/sh", ["sh", "-c", "mcp-server-x /ws"]):
+        feed.feed(e)
+    feed.end_startup()
+    (period,) = feed.take()
+    rec = await between_record(sup, period)
+    assert rec.decision == "allow", [(v.rule, v.reason, v.evidence) for v in rec.violations]

@@ -37,12 +37,15 @@ def feed(**policy: float) -> BetweenFeed:
 
 
 def test_the_start_up_before_any_call_is_not_a_between_period() -> None:
+    """It is cut into start-up periods (tests/monitor/test_startup_cuts.py), not between."""
     f = BetweenFeed(CALL, BetweenPolicy(flush_after_s=0.0, min_gap_s=0.0))
     f.feed(opened("/usr/lib/python3/site.py"))
-    assert f.due_ns() is None and f.take() == []
-    f.seal()  # the first window opens, then closes: from now on it is recorded
+    (startup,) = f.take()
+    assert startup.startup
+    f.seal()  # the first window opens, then closes: from now on it is between calls
     f.feed(opened("/ws/after"))
     (period,) = f.take()
+    assert not period.startup
     assert [e.path for p in period.tree.processes for e in p.files] == ["/ws/after"]
 
 
