@@ -49,6 +49,13 @@ PROBE = textwrap.dedent("""
     call("clone_newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
     call("open_by_handle_at", 304, -100, 0, 0)
     call("userfaultfd", 323, 0)
+    call("pidfd_getfd", 438, 0, 0, 0)
+    call("name_to_handle_at", 303, -100, b"/tmp", 0, 0, 0)
+    call("perf_event_open", 298, 0, 0, -1, -1, 0)
+    call("bpf", 321, 0, 0, 0)
+    call("keyctl", 250, 0, 0, 0, 0)
+    call("setns", 308, 0, 0)
+    call("mount", 165, b"none", b"/tmp", b"tmpfs", 0, 0)
     # push rbx; mov eax,edi; mov ebx,esi; mov ecx,edx; int 0x80; pop rbx; ret: f(nr, a, b)
     code = bytes([0x53, 0x89, 0xF8, 0x89, 0xF3, 0x89, 0xD1, 0xCD, 0x80, 0x5B, 0xC3])
     page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
@@ -129,7 +136,9 @@ async def test_the_guard_profile_refuses_what_the_monitor_cannot_see() -> None:
     for name in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         assert got[name] == nosys, (name, got)
     for name in ("ptrace_traceme", "ptrace_attach", "process_vm_readv", "process_vm_writev",
-                 "unshare_user", "clone_newuser", "open_by_handle_at", "userfaultfd"):  # fmt: skip
+                 "unshare_user", "clone_newuser", "open_by_handle_at", "userfaultfd",
+                 "pidfd_getfd", "name_to_handle_at", "perf_event_open", "bpf", "keyctl", "setns",
+                 "mount"):  # fmt: skip
         assert got[name] == perm, (name, got)
     assert got["i386_ptrace_traceme"] == perm, got  # the 32-bit ABI gets the same rules
     assert got["i386_io_uring_setup"] == nosys, got
