@@ -35,6 +35,8 @@ REFUSED: dict[str, str] = {
     "process_madvise": "acts on another process's memory",
     "pidfd_getfd": "takes a copy of another process's open file",
     "kcmp": "probes another process's files and memory by comparison",
+    "move_pages": "moves another process's memory between NUMA nodes (Docker refuses it too)",
+    "migrate_pages": "same",
     # files opened with no name (the monitor and kill on touch match names)
     "open_by_handle_at": "opens a file by handle: no path in the tree",
     "name_to_handle_at": "makes the handles open_by_handle_at takes",
