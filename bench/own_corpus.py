@@ -28,7 +28,7 @@ def _cell(r: dict[str, int]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "eval-out-own"), help="report folder")
-    ap.add_argument("--set", default="dev", choices=("dev", "held-out", "all"),
+    ap.add_argument("--set", default="dev", choices=("dev", "held-out", "held-out-2", "all"),
                     help="dev (default), held-out (written blind to the rules) or all")
     opts = ap.parse_args()
     print(f"machine: {machine()}, set {opts.set}", flush=True)
