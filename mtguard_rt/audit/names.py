@@ -97,6 +97,7 @@ COMPETES = re.compile(
 )
 _DESC_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 MIN_DISTINCT_WORDS = 2  # words a description must say that the other does not
+MIN_ABBREV, MAX_ABBREV = 2, 4  # letters of a word that may abbreviate another
 
 
 def _content(description: str, name: str, drop: frozenset[str]) -> frozenset[str]:
@@ -184,6 +185,20 @@ def same_word(a: str, b: str, synonyms: dict[str, frozenset[int]]) -> bool:
     return a == b or not synonyms.get(a, frozenset()).isdisjoint(synonyms.get(b, frozenset()))
 
 
+def abbreviates(a: str, b: str) -> bool:
+    """Is the short word `a` an abbreviation of `b` (`msg` of message, `cfg` of config,
+    `img` of image): its letters in order in `b`, from `b`'s first one?"""
+    if not MIN_ABBREV <= len(a) <= MAX_ABBREV or len(b) < len(a) + 2 or a[0] != b[0]:
+        return False
+    rest = iter(b[1:])
+    return all(c in rest for c in a[1:])
+
+
+def kin(a: str, b: str, synonyms: dict[str, frozenset[int]]) -> bool:
+    """`same_word`, or one stem abbreviates the other (tool names shorten words)."""
+    return same_word(a, b, synonyms) or abbreviates(a, b) or abbreviates(b, a)
+
+
 def covered(small: frozenset[str], big: frozenset[str], syn: dict[str, frozenset[int]]) -> bool:
-    """Does every stem of `small` have a same-meaning stem in `big`?"""
-    return all(any(same_word(a, b, syn) for b in big) for a in small)
+    """Does every stem of `small` have a same-meaning stem (`kin`) in `big`?"""
+    return all(any(kin(a, b, syn) for b in big) for a in small)

@@ -40,7 +40,7 @@ from typing import Any
 from ..model import Violation
 from .carried import carried_targets
 from .context import CallContext
-from .names import covered, meaning, same_word, words_of
+from .names import COMPETES, covered, kin, meaning, words_of
 from .policy import Policy
 from .provenance import STOP_WORDS, Sentence, ToolInfo, UntrustedText, tokens
 from .text import leaf_key
@@ -353,7 +353,7 @@ def _same_job(a: frozenset[str], b: frozenset[str], policy: Policy) -> bool:
 
 def _extra(mine: frozenset[str], theirs: frozenset[str], policy: Policy) -> list[str]:
     """What `mine`'s name says beyond `theirs` (`hourly` in `get_forecast_hourly`)."""
-    return [w for w in sorted(mine) if not any(same_word(w, t, policy.synonyms) for t in theirs)]
+    return [w for w in sorted(mine) if not any(kin(w, t, policy.synonyms) for t in theirs)]
 
 
 def _task_chose(ctx: CallContext, me: ToolInfo) -> bool:
@@ -364,7 +364,11 @@ def _task_chose(ctx: CallContext, me: ToolInfo) -> bool:
 def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
     u = ctx.untrusted
     me = u.tool(ctx.call.server, ctx.call.tool)
-    if me is None or (why := _praise(me, policy)) is None or _task_chose(ctx, me):
+    if me is None or _task_chose(ctx, me):
+        return []
+    why = _praise(me, policy)
+    claim = _search(COMPETES, me.description) if why is None else None
+    if why is None and claim is None:
         return []
     base = policy.generic_name_words | policy.praise_words | policy.vague_nouns
     mine = _meaning(me.name, base, server_common(u, me.server))
@@ -377,12 +381,18 @@ def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
             continue
         if me.properties != other.properties and min(len(mine), len(theirs)) < 2:
             continue  # one shared word and a different signature: a relative, not a copy
-        if any(says(w, ctx, policy) for w in _extra(mine, theirs, policy)):
+        extra = _extra(mine, theirs, policy)
+        if any(says(w, ctx, policy) for w in extra):
             continue  # the task asks for what this variant adds (an hourly forecast)
+        ad = why
+        if ad is None:  # only a competing claim: it counts for a copy, not for a variant
+            if extra or _extra(theirs, mine, policy):
+                continue
+            ad = f"its description competes for the other's calls: {claim!r}"
         ev.append(
             f"tool {me.name!r} on {me.server!r} duplicates {other.name!r} on {other.server!r} "
             f"(parameters {sorted(me.properties)}, name meaning {sorted(mine)} vs "
-            f"{sorted(theirs)}) and advertises itself: {why}"
+            f"{sorted(theirs)}) and advertises itself: {ad}"
         )
     if not ev:
         return []
