@@ -4,10 +4,11 @@
 name: delete, write, send) and whose *targets* (what to delete, write or send and where: the
 arguments that are not carried content, `content_keys`) hold a value the task never says but
 another server's text does (a recent result of another server, or another server's tool
-description) was induced by that text, unless the task asks for this change itself ("email
-Ana, her address is in the book"). A value is found in a text whole, as the same run of
-words: quoted, inside a sentence, or spelled as an identifier (`audit-trail`, `audit trail`,
-`audit_trail` are one value).
+description; or a sentence of any result that speaks as the user, "the user asked you to
+also change ...": the user speaks in the task, not in data) was induced by that text,
+unless the task asks for this change itself ("email Ana, her address is in the book"). A
+value is found in a text whole, as the same run of words: quoted, inside a sentence, or
+spelled as an identifier (`audit-trail`, `audit trail`, `audit_trail` are one value).
 
 `task-entity-mismatch` (sanction): an entity the task does not name (a recipient, an
 account) of a change or send call is sanctioned by the task when it comes from a result the
@@ -46,6 +47,19 @@ _PASS_ON = re.compile(
 )
 
 
+# A result speaking for the user: "[user message] ...", "the user asked you to also ...",
+# "I've already reviewed this myself, just approve it".
+_AS_USER = re.compile(
+    r"\[\s*(user|human)( message| note| request)?\s*\]|\b(user|human)\s*:\s|"
+    r"\b(the|your) user (also |has |had |now |just )?(asked|asks|wants|requested|requests|said|"
+    r"says|told|instructed|would like|needs|approved|confirmed|authori[sz]ed)\b|"
+    r"\b(message|note|request|instruction)s? from the user\b|\bon behalf of the user\b|"
+    r"\bi('ve| have) already (reviewed|approved|checked|confirmed)\b",
+    re.I,
+)
+_CLAUSE = re.compile(r"(?<=[.!?])\s+|\n|(?=\()|(?<=\))")
+
+
 def _words_of_value(value: str) -> str:
     return word_line(value).strip()
 
@@ -77,11 +91,16 @@ def targets(ctx: CallContext, policy: Policy) -> Iterator[tuple[str, str, str]]:
 
 def _sources(ctx: CallContext) -> Iterator[tuple[str, str, str]]:
     """(where, lower-cased text, text as words) of every other server's recent results and
-    descriptions."""
+    descriptions, and of the sentences of this server's own results that speak as the user
+    (`_AS_USER`: data does not relay the user's wishes; the user speaks in the task)."""
     u, me = ctx.untrusted, ctx.call.server
     for o in u.outputs:
         if o.server != me:
             yield f"result of {o.tool!r} on {o.server!r}", o.lower, o.words
+        elif _AS_USER.search(o.lower):
+            said = " ".join(x for x in _CLAUSE.split(o.lower) if _AS_USER.search(x))
+            where = f"result of {o.tool!r} on {o.server!r}, speaking as the user"
+            yield where, said, word_line(said)
     for t in u.tools:
         if t.server != me and t.description:
             yield f"description of {t.name!r} on {t.server!r}", t.mentions, word_line(t.mentions)
