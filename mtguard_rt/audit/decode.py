@@ -4,10 +4,10 @@
 removed, url (percent) and quoted-printable decoded, MIME-wrapped (line-broken) base64 joined
 and decoded; built from the first `MAX_VIEW_CHARS` of a text only (a result can be 70 MB).
 `find_known(text, value)` says how `text` carries a value known to be secret (a canary marker,
-a credential the call read from a file): whole or a part of `MIN_PART`+ characters, plain,
-in a view, reversed, ROT13, base64 at any alignment (line-broken too), hex, or split by
-spaces and dashes. Generic formats are `secrets.find_secrets`'s. Pure; views cached per text.
-"""
+a credential the call read from a file): whole (in the first `MAX_VIEW_CHARS`) or a part of
+`MIN_PART`+ characters (in the first `MAX_PART_CHARS`), plain, in a view, reversed, ROT13,
+base64 at any alignment (line-broken too), hex, or split by spaces and dashes. Generic
+formats are `secrets.find_secrets`'s. Pure; views cached per text."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 MAX_VIEW_CHARS = 1 << 20  # per text: views and known values are looked for in its first 1 MB
 MIN_PART = 12  # shortest part of a known value that counts as carrying it
+MAX_PART_CHARS = 64 * 1024  # ... looked for in a text's first 64 KB (whole values: 1 MB)
 B64_PART = MIN_PART + 4  # ... in base64 (whose matchable core spells ~4 fewer characters)
 PART_STRIDE = 4  # parts tried every this many characters (a part of 15+ is always found)
 MIN_ESCAPES = 1  # %XX / =XX escapes a text needs before it is decoded as url / q-p
@@ -157,6 +158,7 @@ def find_known(
         return form, value
     if not partial:
         return None
+    text = text[:MAX_PART_CHARS]
     for part in parts(value):
         if (form := _form_of(text, part, b64=False)) is not None:
             return f"part, {form}", part

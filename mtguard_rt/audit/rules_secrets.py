@@ -58,7 +58,7 @@ _CERTS = ("/etc/ssl/", "/etc/ca-certificates", "/etc/fonts/", "/etc/locale")
 
 MAX_READ_BACK = 8  # files a call read whose content is read back from the sandbox
 MAX_FILE_VALUES = 8  # secret values taken from one file read back
-MAX_KNOWN = 24  # known values looked for in one result
+MAX_KNOWN = 16  # known values looked for in one result
 # words of a file's name that say it holds one credential (its whole content is the value)
 _CREDENTIAL_FILE = frozenset(
     "key keys token tokens secret secrets password passwd pass pwd credential credentials "
