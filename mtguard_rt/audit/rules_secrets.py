@@ -64,6 +64,7 @@ _CREDENTIAL_FILE = frozenset(
     "key keys token tokens secret secrets password passwd pass pwd credential credentials "
     "creds netrc apikey pat auth".split()
 )
+MAX_SOURCE_CHARS = 64 * 1024  # a file read back longer than this gives no values
 MAX_TOKEN_FILE = 512  # a one-credential file is one line of at most this many chars
 
 
@@ -81,12 +82,13 @@ def secret_sources(tree: BehaviorTree) -> list[str]:
 
 
 def file_secrets(path: str, content: str | None) -> list[str]:
-    """The secret values in a file the call read: what `find_secrets` finds in it (formats,
-    assignments, netrc lines), or, for a file whose name says it holds a credential
-    (api.key, registry.token), its whole content when that is one real-looking line."""
-    if not content:
-        return []
-    values = [f.value for f in find_secrets(content[: 256 * 1024])]
+    """The secret values in a file the call read (up to `MAX_SOURCE_CHARS`): what
+    `find_secrets` finds in it (formats, assignments, netrc lines), or, for a file whose
+    name says it holds a credential (api.key, registry.token), its whole content when that
+    is one real-looking line."""
+    if not content or len(content) > MAX_SOURCE_CHARS:
+        return []  # a credential file is small; a big one's secrets are found in the result
+    values = [f.value for f in find_secrets(content)]
     line = content.strip()
     named = _CREDENTIAL_FILE.intersection(name_words(path.rsplit("/", 1)[-1]))
     if named and len(line) <= MAX_TOKEN_FILE and "\n" not in line and looks_real(line):
