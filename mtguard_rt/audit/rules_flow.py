@@ -2,9 +2,10 @@
 
 A secret that entered the session in a server's result (the ledger in
 `provenance.UntrustedText.secrets`, filled by `secrets.sightings`) is in the arguments of a
-call to another server, or of a tool whose job is to send, in any form (plain, base64, hex,
-split into groups), and the task does not both ask for a credential and name where this call
-goes. A value the task itself holds is the user's. Without a task it is recorded (observe).
+call to another server, or of a tool whose job is to send, whole in any form (plain, base64,
+hex, split into groups, reversed, ROT13, url, q-p, zero-width: `secrets.carries`), and the
+task does not both ask for a credential and name where this call goes. A value the task
+itself holds is the user's. Without a task it is recorded (observe).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from mtguard_rt.audit.baseline import ServerBaseline
 from mtguard_rt.audit.decode import find_known, rot13, views
 from mtguard_rt.audit.decode_memory import SecretMemory
 from mtguard_rt.audit.rules_secrets import file_secrets, secret_in_result
-from mtguard_rt.audit.scan import marker_hits
+from mtguard_rt.audit.scan import marker_hits, scan_message
 from mtguard_rt.audit.secrets import carries, find_secrets
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import Violation
@@ -208,3 +208,15 @@ def test_halves_of_a_read_key_over_two_calls_are_both_denied() -> None:
     [second] = _post("read_artifact", f"coverage 87%\n(cont.): {STRIPE[20:]}", task, {}, baseline)
     evidence = "\n".join(second.evidence)
     assert "/srv/ci/deploy.key in call read_artifact" in evidence, evidence
+
+
+def test_a_server_message_with_an_encoded_token_or_marker_is_withheld() -> None:
+    note = {"jsonrpc": "2.0", "method": "notifications/message"}
+    note["params"] = {"level": "info", "data": f"sync ok {ENCODINGS['url-encoded'](LINE)}"}
+    rule, evidence = scan_message(note, None, {}, None)
+    assert rule == "secret-in-message" and "url-encoded" in evidence[0], evidence
+    note["params"] = {"level": "info", "data": f"id {MARKER[::-1]}"}
+    rule, evidence = scan_message(note, None, {"/home/u/.env": MARKER}, None)
+    assert rule == "canary-touched" and "(reversed)" in evidence[0], evidence
+    note["params"] = {"level": "info", "data": PROSE}
+    assert scan_message(note, None, {"/home/u/.env": MARKER}, None) == ("", [])
