@@ -35,7 +35,7 @@ from .persist_class import home_files, interpreter_cache_write, persist_class, r
 from .policy import PERSISTENCE, Policy
 from .provenance import STOP_WORDS, tokens
 from .text import leaf_key, names_path
-from .treeview import FileHit, TreeView
+from .treeview import FileHit, TreeView, is_write
 
 # desktop-entry keys that only label or place the entry (what runs is Exec=)
 DESKTOP_LABELS = frozenset(
@@ -361,8 +361,8 @@ def persistence_hits(view: TreeView, consent: WriteConsent) -> list[FileHit]:
         for ev in proc.files:
             if id(ev) in seen or not (ev.resolved or ev.path.startswith("/")):
                 continue
-            if ev.op in ("unlink", "rmdir", "mkdir"):
-                continue  # a name removed or a directory made runs nothing
+            if ev.op in ("unlink", "rmdir", "mkdir") or not is_write(ev):
+                continue  # a read; a name removed or a directory made runs nothing
             path = (ev.target if ev.op == "rename" and ev.target else ev.path).rstrip("/")
             c = persist_class(path)
             if c is None or (c.judge == "bytecode" and interpreter_cache_write(ev.op, proc.exe)):
