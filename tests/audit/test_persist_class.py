@@ -7,12 +7,19 @@ what they would run (a new `postinstall`, a `core.pager`, a recipe) needs the ta
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mtguard_rt.audit import CallContext, load_policy
-from mtguard_rt.audit.consent import WriteConsent, kernel_write_paths, written_paths
+from mtguard_rt.audit.consent import (
+    WriteConsent,
+    before_candidates,
+    kernel_write_paths,
+    written_paths,
+)
 from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.audit.persist_class import (
     git_exec_settings,
@@ -24,6 +31,7 @@ from mtguard_rt.audit.rules_files import persistence_write
 from mtguard_rt.audit.rules_persist import persistence_arg
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, FileEvent, ProcessNode, Violation
+from mtguard_rt.sandbox.peek import SandboxFiles
 
 from .trees import HOME, ctx_for, opened, server_tree
 
@@ -317,3 +325,18 @@ def test_a_command_writing_a_shim_is_denied_before_it_runs() -> None:
     )
     [v] = persistence_arg(ctx, POLICY)
     assert v.mode == "enforce" and f"{HOME}/.local/bin/git" in v.evidence[0]
+
+
+def test_the_workspace_class_files_are_listed_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "out").symlink_to("/etc")  # a link out of the workspace: not walked
+    (tmp_path / "file.txt").write_text("x")
+    files = SandboxFiles(os.getpid())  # this process's root: the host's
+    dirs = files.subdirs(str(tmp_path))
+    assert dirs == [str(tmp_path / "app"), str(tmp_path / "lib")]
+    assert files.subdirs(str(tmp_path / "out")) == []  # the link itself is refused
+    assert SandboxFiles(0).subdirs(str(tmp_path)) == []
+    wanted = before_candidates([str(tmp_path), *dirs])
+    assert f"{tmp_path}/package.json" in wanted and f"{tmp_path}/app/.git/config" in wanted
+    assert all(persist_class(p) is not None for p in wanted)
