@@ -50,6 +50,7 @@ struct sock_info {
     u32 sent;       /* datagrams to the destination since it was set */
     u32 reported;   /* `sent` as last emitted in an EV_NET_SENT record */
     u8 addr[16];
+    u64 bytes;      /* bytes to the destination since it was set (with `sent`) */
 };
 
 /* socket()/socketpair() arguments, enter -> exit */

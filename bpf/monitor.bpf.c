@@ -198,11 +198,16 @@ static __always_inline int take(u32 kind, struct pending *out)
  * independently of the map: by its SYN_SENT transition (sock:inet_sock_set_state) during
  * the same syscall, which also catches TCP Fast Open connects made by sendto/sendmsg.
  * Records: EV_CONNECT and EV_ACCEPT carry the transport in a3. EV_NET_SENT: a0 = fd,
- * a1 = family, a2 = port, addr = destination, a3 = datagrams to it so far, ret = transport,
+ * a1 = family, a2 = port, addr = destination, a3 = sends to it so far (datagrams, or
+ * writes of a stream), ret = transport, data = the bytes of those sends (u64, len1 = 8),
  * EVF_CONNECTED when the destination is the connected peer; emitted when the count
  * reaches 1, 2, 4, 8, ... and with the final count at close (an exit without close leaves
- * a lower bound). Counted: sendto, sendmsg, sendmmsg (the first message's destination
- * for all of them), write and writev. Not counted: sendfile, splice, io_uring. */
+ * a lower bound). A TCP socket remembers the peer it connected to (a connect's SYN_SENT),
+ * so its writes count bytes against it. Counted: sendto, sendmsg, sendmmsg (each of its
+ * first MT_MMSG_MAX messages to its own destination: `mmsg_sent`),
+ * write, writev and sendfile to a connected socket (the write hooks cost a non-socket fd
+ * one hash lookup: `socks` holds only watched tasks' sockets). Not counted: splice,
+ * io_uring, the writes of an accepted socket. */
 BPF_TABLE("lru_hash", u64, struct sock_info, socks, MT_MAX_SOCKS);
 BPF_TABLE("lru_hash", u32, struct sock_args, sock_new, MT_MAX_PENDING);
 BPF_TABLE("lru_hash", u32, u8, tcp_syn, MT_MAX_PENDING);  /* tid: SYN_SENT in this syscall */
@@ -372,6 +377,13 @@ static __always_inline int tcp_syn_seen(void)
     return 1;
 }
 
+/* NET_SENT: the bytes, as str1 (u64) */
+static __always_inline void put_bytes(struct event *e, u64 bytes)
+{
+    __builtin_memcpy(e->data, &bytes, sizeof(bytes));
+    e->len1 = sizeof(bytes);
+}
+
 /* close: the final count if it was not reported yet, then forget the fd */
 static __always_inline void sock_closed(u64 fd)
 {
@@ -392,6 +404,7 @@ static __always_inline void sock_closed(u64 fd)
             if (si->connected)
                 e->flags |= EVF_CONNECTED;
             __builtin_memcpy(e->addr, si->addr, sizeof(e->addr));
+            put_bytes(e, si->bytes);
             submit(e);
         }
     }
@@ -428,13 +441,22 @@ static __always_inline u8 sock_connected(struct event *e, u64 fd, int port)
     u8 t = syn ? MT_TR_TCP : (si ? si->transport : 0);
     if (!si)
         return t;
-    if (syn) {
+    if (syn)
         si->transport = MT_TR_TCP; /* a stale entry said otherwise */
-        si->connected = 0;
+    if (t == MT_TR_TCP) { /* its peer, for the bytes written to it (-EINPROGRESS: on its way) */
+        if (port >= 0 && (e->ret == 0 || e->ret == -115)) {
+            si->connected = 1;
+            si->family = e->a1;
+            si->port = port;
+            __builtin_memcpy(si->addr, e->addr, sizeof(si->addr));
+            si->sent = 0;
+            si->reported = 0;
+            si->bytes = 0;
+        } else {
+            si->connected = 0;
+        }
         return t;
     }
-    if (t == MT_TR_TCP)
-        return t;
     if (port >= 0 && e->ret == 0) {
         si->connected = 1;
         si->family = e->a1;
@@ -442,19 +464,22 @@ static __always_inline u8 sock_connected(struct event *e, u64 fd, int port)
         __builtin_memcpy(si->addr, e->addr, sizeof(si->addr));
         si->sent = 0;
         si->reported = 0;
+        si->bytes = 0;
     } else if (port < 0 && e->a1 == 0) { /* AF_UNSPEC: dissolve the association */
         si->connected = 0;
         si->family = 0;
         si->sent = 0;
         si->reported = 0;
+        si->bytes = 0;
     }
     return t;
 }
 
-/* n datagrams (n > 0) left through fd, to the explicit destination `sa` (user memory, may
- * be NULL) or else to the connected peer. Streams are skipped (their connect was the
- * egress) unless this very syscall made the TCP connection (Fast Open). */
-static __always_inline void sock_sent(u64 fd, long n, const void *sa)
+/* n sends (n > 0) of `bytes` in all left through fd, to the explicit destination `sa` (user
+ * memory, may be NULL) or else to the connected peer. A stream counts against the peer it
+ * connected to (its connect was the egress; these are its bytes), or is skipped when its
+ * connect was not seen, unless this very syscall made the TCP connection (Fast Open). */
+static __always_inline void sock_sent(u64 fd, long n, const void *sa, u64 bytes)
 {
     int tfo = tcp_syn_seen();
     if (n <= 0)
@@ -469,8 +494,10 @@ static __always_inline void sock_sent(u64 fd, long n, const void *sa)
             return;
     }
     u8 t = tfo ? MT_TR_TCP : si->transport;
-    if (t == MT_TR_TCP && !tfo)
+    if (t == MT_TR_TCP && !tfo && !si->connected)
         return;
+    if (t == MT_TR_TCP && !tfo)
+        sa = NULL; /* a connected stream ignores the address: its peer gets the bytes */
     struct event *e = new_event(EV_NET_SENT);
     if (!e)
         return;
@@ -491,6 +518,8 @@ static __always_inline void sock_sent(u64 fd, long n, const void *sa)
         e->flags |= EVF_CONNECTED;
     } else if (si->connected || tfo) {
         e->a3 = n; /* another destination than the peer, or a Fast Open: each reported */
+        e->flags |= EVF_APART;
+        put_bytes(e, bytes);
         submit(e);
         return;
     } else if (!same) { /* a new destination restarts the count */
@@ -499,14 +528,17 @@ static __always_inline void sock_sent(u64 fd, long n, const void *sa)
         __builtin_memcpy(si->addr, e->addr, sizeof(si->addr));
         si->sent = 0;
         si->reported = 0;
+        si->bytes = 0;
     }
     u32 old = si->sent;
     u32 now = old + (u32)n;
     si->sent = now;
+    si->bytes += bytes;
     if ((old ^ now) <= old)
         return; /* the count's highest bit did not move: not reported */
     si->reported = now;
     e->a3 = now;
+    put_bytes(e, si->bytes);
     submit(e);
 }
 
@@ -518,9 +550,10 @@ static __always_inline const void *msg_name(const void *msg)
     return (const void *)name;
 }
 
-/* write/writev to a connected datagram socket: attached by name (kinds.NAMED_TRACEPOINTS)
- * so other sections can have their own programs on these tracepoints. The records are
- * read at fixed offsets (syscall tracepoints: args at 16 + 8 * i, ret at 16). */
+/* write/writev/sendfile to a connected socket (the fd, or sendfile's out_fd, is the first
+ * argument): attached by name (kinds.NAMED_TRACEPOINTS) so other sections can have their
+ * own programs on these tracepoints. The records are read at fixed offsets (syscall
+ * tracepoints: args at 16 + 8 * i, ret at 16). */
 int mt_sock_write_enter(void *ctx)
 {
     u64 fd = 0;
@@ -551,7 +584,7 @@ int mt_sock_write_exit(void *ctx)
     sock_wr.delete(&tid);
     s64 ret = 0;
     bpf_probe_read_kernel(&ret, sizeof(ret), (char *)ctx + 16);
-    sock_sent(fd, ret >= 0 ? 1 : 0, NULL);
+    sock_sent(fd, ret >= 0 ? 1 : 0, NULL, ret > 0 ? ret : 0);
     return 0;
 }
 
@@ -1524,7 +1557,8 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendto)
     struct pending p;
     if (!take(EV_DNS_SEND, &p))
         return 0;
-    sock_sent(p.a[0], args->ret >= 0 ? 1 : 0, (void *)p.a[3]);
+    long sent = args->ret;
+    sock_sent(p.a[0], sent >= 0 ? 1 : 0, (void *)p.a[3], sent > 0 ? sent : 0);
     return dns_exit(EV_DNS_SEND, args->ret, p.a[0], (void *)p.a[1], p.a[2], (void *)p.a[3]);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
@@ -1560,7 +1594,8 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg)
     struct pending p;
     if (!take(EV_DNS_SEND, &p))
         return 0;
-    sock_sent(p.a[0], args->ret >= 0 ? 1 : 0, msg_name((void *)p.a[1]));
+    long sent = args->ret;
+    sock_sent(p.a[0], sent >= 0 ? 1 : 0, msg_name((void *)p.a[1]), sent > 0 ? sent : 0);
     return msg_exit(EV_DNS_SEND, args->ret, p.a[0], (void *)p.a[1]);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
@@ -1573,6 +1608,79 @@ TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg)
     if (!take(EV_DNS_RECV, &p))
         return 0;
     return msg_exit(EV_DNS_RECV, args->ret, p.a[0], (void *)p.a[1]);
+}
+
+struct mmsg_sum {
+    u64 total;
+    u64 named;
+    u64 first;
+    u32 n;
+};
+
+/* message i (a constant) of a sendmmsg into its record slot */
+static __always_inline void mmsg_one(struct event *e, const char *m, long ret, int i,
+                                     struct mmsg_sum *sum)
+{
+    if (i >= ret)
+        return;
+    const char *h = m + 64 * i;
+    u64 name = 0;
+    bpf_probe_read_user(&name, sizeof(name), h);
+    u32 len = 0;
+    bpf_probe_read_user(&len, sizeof(len), h + 56);
+    sum->total += len;
+    sum->named |= name;
+    if (i == 0)
+        sum->first = name;
+    u64 *slot = (u64 *)(e->data + 32 * i);
+    slot[0] = 0;
+    slot[1] = 0;
+    slot[2] = 0;
+    if (name)
+        bpf_probe_read_user(slot, 24, (const void *)name);
+    slot[3] = len;
+    sum->n = i + 1;
+}
+
+/* sendmmsg's `ret` messages (struct mmsghdr: a 56-byte msghdr, then msg_len). Named
+ * destinations: one EV_NET_SENT record with EVF_MMSG (a0 fd, a3 messages sent, ret
+ * transport), data = the first MT_MMSG_MAX messages' {raw sockaddr (24 bytes), u32 len,
+ * u32 0} (32 bytes each; family 0: no name), counted each to its own destination by the
+ * builder, the rest to the last one's. Unnamed (a connected socket): all against its
+ * peer, through the socket's counters. One record, no per-message helpers: the verifier
+ * walks the loop without branching on each message. */
+static __always_inline void mmsg_sent(u64 fd, long ret, const char *m)
+{
+    if (ret < 1)
+        return;
+    u64 key = sock_key(fd);
+    struct sock_info *si = socks.lookup(&key);
+    u8 t = si ? si->transport : 0;
+    struct event *e = new_event(EV_NET_SENT);
+    if (!e)
+        return;
+    struct mmsg_sum sum = {};
+    /* spelled out: a loop lets clang count by pointer, which the verifier cannot bound */
+    mmsg_one(e, m, ret, 0, &sum);
+    mmsg_one(e, m, ret, 1, &sum);
+    mmsg_one(e, m, ret, 2, &sum);
+    mmsg_one(e, m, ret, 3, &sum);
+    mmsg_one(e, m, ret, 4, &sum);
+    mmsg_one(e, m, ret, 5, &sum);
+    mmsg_one(e, m, ret, 6, &sum);
+    mmsg_one(e, m, ret, 7, &sum);
+    u64 named = sum.named, first = sum.first, total = sum.total;
+    u32 n = sum.n;
+    if (named) {
+        e->a0 = fd;
+        e->a3 = ret;
+        e->ret = t;
+        e->flags |= EVF_MMSG;
+        e->len1 = 32 * n;
+        submit(e);
+    }
+    if (!first)
+        sock_sent(fd, ret, NULL, total); /* reuses the per-CPU event: after the submit */
 }
 
 /* sendmmsg: ret = messages sent; struct mmsghdr is 64 bytes (msghdr 56 + len + pad).
@@ -1588,7 +1696,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmmsg)
         return 0;
     long ret = args->ret;
     const char *m = (const char *)p.a[1];
-    sock_sent(p.a[0], ret, msg_name(m));
+    mmsg_sent(p.a[0], ret, m);
     if (ret < 1)
         return 0;
     u32 len0 = 0;

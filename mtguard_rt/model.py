@@ -71,6 +71,9 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     # refused by the sandbox's network policy in the kernel (monitor/egress.py): attempts
     # (a connect or sendmsg failed with EPERM) or packets dropped; 0: not refused
     refused: int = 0
+    # bytes seen going to `address` (datagrams, or a stream's writes after its connect), a
+    # lower bound like `sent`; 0: none seen (or a tree from before it was recorded)
+    bytes_sent: int = 0
 
     @property
     def egress(self) -> bool:
@@ -96,6 +99,8 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
         if self.op == "send" or self.transport in DATAGRAM_TRANSPORTS:
             n = self.sent
             text += ", no datagram sent" if n == 0 else f", {n} datagram{'s' if n > 1 else ''}"
+        if self.bytes_sent:
+            text += f", {self.bytes_sent} bytes sent"
         return text
 
 

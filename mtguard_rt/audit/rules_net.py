@@ -49,12 +49,13 @@ def egress_text(n: NetEvent, ip: str) -> str:
         what = "connect to" if n.op == "connect" else "send to"
         return f"{what} {ip}:{n.port} ({n.transport}) refused by network policy"
     failed = f" (failed {n.result})" if n.result < 0 else ""
+    size = f", {n.bytes_sent} bytes" if n.bytes_sent else ""
     if n.op == "send" or n.transport in DATAGRAM_TRANSPORTS:
         plural = "s" if n.sent != 1 else ""
         via = " (connected)" if n.op == "connect" else ""
-        return f"sent {n.sent} {n.transport} datagram{plural} to {ip}:{n.port}{via}{failed}"
+        return f"sent {n.sent} {n.transport} datagram{plural} to {ip}:{n.port}{via}{failed}{size}"
     how = "" if n.transport == "unknown" else f" ({n.transport})"
-    return f"connected to {ip}:{n.port}{how}{failed}"
+    return f"connected to {ip}:{n.port}{how}{failed}{size and size + ' sent'}"
 
 
 def resolver_port(policy: Policy, resolvers: Iterable[str], ip: str, port: int) -> bool:

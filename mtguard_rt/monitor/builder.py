@@ -12,6 +12,8 @@ import ipaddress
 from collections.abc import Callable
 from typing import Literal
 
+import msgspec
+
 from ..model import (
     BehaviorTree,
     DeclaredCall,
@@ -43,7 +45,6 @@ PATH_OPS: dict[int, FileOp] = {
 Lookup = Callable[[int], SeedProcess | None]
 
 
-
 def open_flags(flags: int) -> list[str]:
     acc = flags & O_ACCMODE
     out = ["read"] if acc in (0, 2) else []
@@ -66,6 +67,25 @@ def ip_text(family: int, addr: bytes) -> str:
 F_TRUNC1, F_TRUNC2, F_LEN_PARTIAL = int(Flag.TRUNC1), int(Flag.TRUNC2), int(Flag.LEN_PARTIAL)
 F_HAS_CODE, F_BYFD = int(Flag.HAS_CODE), int(Flag.BYFD)
 F_CONNECTED, K_NET_SENT = int(Flag.CONNECTED), int(Kind.NET_SENT)
+F_APART, F_MMSG = int(Flag.APART), int(Flag.MMSG)
+MMSG_ENTRY = 32  # a sendmmsg record's entry: raw sockaddr (24 bytes), u32 length, u32 0
+
+
+def mmsg_entries(raw: bytes) -> list[tuple[int, bytes, int, int]]:
+    """A sendmmsg record's named messages: (family, address bytes, port, length)."""
+    out = []
+    for off in range(0, len(raw) - MMSG_ENTRY + 1, MMSG_ENTRY):
+        sa = raw[off : off + 24]
+        family = int.from_bytes(sa[:2], "little")
+        port = int.from_bytes(sa[2:4], "big")
+        length = int.from_bytes(raw[off + 24 : off + 28], "little")
+        if family == 2:
+            out.append((family, sa[4:8], port, length))
+        elif family == 10:
+            out.append((family, sa[8:24], port, length))
+    return out
+
+
 K_NET_REFUSED = int(Kind.NET_REFUSED)
 NP_OPS: dict[int, Literal["connect", "accept", "send"]] = {
     NP_AT_CONNECT: "connect",
@@ -359,31 +379,48 @@ class TreeBuilder:
             target, ok2 = proc.fs.resolve(ev.a1, ev.s2, bool(ev.flags & F_TRUNC2))
             ok = ok and ok2
         proc.node.files.append(
-            FileEvent(
-                ts_ns=ev.ts_ns, op=op, path=path, target=target, resolved=ok, result=ev.ret
-            )
+            FileEvent(ts_ns=ev.ts_ns, op=op, path=path, target=target, resolved=ok, result=ev.ret)
         )
 
     def _signal(self, proc: _Proc, ev: RawEvent) -> None:
         self._signalled = True
         procs = self._procs
         proc.node.signals.append(
-            signal_event(ev, proc.node, lambda pid: n.node if (n := procs.get(pid)) else None,
-                         self.start_ns)
+            signal_event(
+                ev, proc.node, lambda pid: n.node if (n := procs.get(pid)) else None, self.start_ns
+            )
         )
 
     def _net_sent(self, node: ProcessNode, ev: RawEvent) -> None:
         """Datagrams sent: counted on the socket's connect when the destination is its
-        peer, else on a `send` event per (socket, destination)."""
+        peer, else on a `send` event per (socket, destination); a sendmmsg record, each of
+        its messages to its own destination (those past the record's: the last one's)."""
         self.last_net = None
+        if ev.flags & F_MMSG:
+            named = mmsg_entries(ev.s1)
+            extra = max(0, ev.a3 - len(ev.s1) // MMSG_ENTRY)
+            for i, (fam, raw, port, length) in enumerate(named):
+                one = msgspec.structs.replace(
+                    ev,
+                    a1=fam,
+                    a2=port,
+                    addr=raw,
+                    a3=1 + (extra if i == len(named) - 1 else 0),
+                    flags=F_APART,
+                    s1=length.to_bytes(8, "little"),
+                )
+                self._net_sent(node, one)
+            return
         family = FAMILIES.get(ev.a1)
         if family is None:
             return
         address = ip_text(ev.a1, ev.addr)
+        sent_bytes = int.from_bytes(ev.s1[:8], "little") if len(ev.s1) >= 8 else 0
         if ev.flags & F_CONNECTED:
             conn = self._connected.get((ev.pid, ev.a0))
             if conn is not None and conn.address == address and conn.port == ev.a2:
                 conn.sent = max(conn.sent, ev.a3)
+                conn.bytes_sent = max(conn.bytes_sent, sent_bytes)
                 self.last_net = conn
                 return
         key = (ev.pid, ev.a0, address, ev.a2)
@@ -398,7 +435,12 @@ class TreeBuilder:
                 transport=TRANSPORTS.get(ev.ret, "unknown"),
             )
             node.net.append(send)
-        send.sent = max(send.sent, ev.a3)
+        if ev.flags & F_APART:  # each send reported apart (not the peer, Fast Open): summed
+            send.sent += ev.a3
+            send.bytes_sent += sent_bytes
+        else:  # the socket's running totals for this destination
+            send.sent = max(send.sent, ev.a3)
+            send.bytes_sent = max(send.bytes_sent, sent_bytes)
         self.last_net = send
 
     def _net_refused(self, ev: RawEvent) -> None:

@@ -50,6 +50,8 @@ _CODES: dict[Any, str] = {
 
 K_EXEC, K_DNS_SEND, K_DNS_RECV = int(Kind.EXEC), int(Kind.DNS_SEND), int(Kind.DNS_RECV)
 K_STDIO = int(Kind.STDIO)  # raw bytes: never cut at a NUL
+# str1 is binary (a DNS payload, stdio bytes, NET_SENT's u64 byte count): never cut at a NUL
+RAW_KINDS = frozenset({int(Kind.DNS_SEND), int(Kind.DNS_RECV), K_STDIO, int(Kind.NET_SENT)})
 
 
 class RawEvent(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
@@ -110,7 +112,7 @@ class EventDecoder:
             s2 = b"\0".join(
                 s2[i : i + ARG_MAX].split(b"\0", 1)[0] for i in range(0, len(s2), ARG_MAX)
             )
-        elif kind != K_DNS_SEND and kind != K_DNS_RECV and kind != K_STDIO:
+        elif kind not in RAW_KINDS:
             s1 = s1.split(b"\0", 1)[0]
             s2 = s2.split(b"\0", 1)[0]
         return RawEvent(

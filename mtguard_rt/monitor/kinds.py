@@ -31,7 +31,8 @@ class Kind(enum.IntEnum):
     DNS_RECV = 17
     BLIND = 18  # a syscall that opens a path this monitor cannot follow (io_uring, ...)
     KILLED = 19  # kill on touch: SIGKILL sent at syscall enter (a0: KILLED_OPS; str1 path)
-    NET_SENT = 20  # datagram(s) sent: a0 fd, a1 family, a2 port, a3 count so far, ret transport
+    # sends: a0 fd, a1 family, a2 port, a3 count so far, ret transport, str1 bytes (u64 LE)
+    NET_SENT = 20
     # stdio integrity: bytes a server read from / wrote to its MCP wire (a0 stream 0 stdin /
     # 1 stdout, a1 offset of the chunk in the syscall's data, a2 syscall ret, a3 fd; str1 data)
     STDIO = 21
@@ -61,6 +62,8 @@ class Flag(enum.IntFlag):
     BYFD = 16  # fchmod/fchdir: the target is the fd in a3, no name
     LEN_PARTIAL = 32  # argv full length is a lower bound (scan budget exhausted)
     CONNECTED = 64  # NET_SENT: the destination is the socket's connected peer
+    APART = 128  # NET_SENT: a3 and the bytes are this send's alone, not a running total
+    MMSG = 256  # NET_SENT: a sendmmsg's messages (str1: 32-byte entries, monitor.bpf.c)
 
 
 STR_MAX = 4096  # PATH_MAX: names are read whole up to this
@@ -113,9 +116,14 @@ F_DUPFD, F_DUPFD_CLOEXEC = 0, 1030  # fcntl commands that duplicate an fd
 # socket transports (`socks` map, CONNECT/ACCEPT a3, NET_SENT ret); 0 is unknown
 TR_TCP, TR_UDP, TR_ICMP, TR_RAW, TR_OTHER = 1, 2, 3, 4, 5
 TRANSPORTS: dict[int, Transport] = {
-    TR_TCP: "tcp", TR_UDP: "udp", TR_ICMP: "icmp", TR_RAW: "raw", TR_OTHER: "other"
+    TR_TCP: "tcp",
+    TR_UDP: "udp",
+    TR_ICMP: "icmp",
+    TR_RAW: "raw",
+    TR_OTHER: "other",
 }
 MAX_SOCKS = 16384  # sockets whose transport is remembered (LRU)
+MMSG_MAX = 8  # sendmmsg messages read each (destination, bytes): mmsg_one x 8 in the C
 # network policy (`np_addrs` map values, EV_NET_REFUSED's a0, names learnt from DNS answers)
 NP_ANY, NP_DNS = 1, 2  # any port / port 53 only (a resolver)
 NP_AT_CONNECT, NP_AT_SENDMSG, NP_AT_EGRESS, NP_AT_INGRESS = 1, 2, 3, 4
@@ -136,6 +144,8 @@ NAMED_TRACEPOINTS = {
     "syscalls:sys_exit_write": "mt_sock_write_exit",
     "syscalls:sys_enter_writev": "mt_sock_write_enter",
     "syscalls:sys_exit_writev": "mt_sock_write_exit",
+    "syscalls:sys_enter_sendfile64": "mt_sock_write_enter",  # out_fd is its first argument
+    "syscalls:sys_exit_sendfile64": "mt_sock_write_exit",
     "syscalls:sys_enter_pidfd_send_signal": "mt_sig_pidfd_enter",  # their records name siginfo_t
     "syscalls:sys_enter_rt_sigqueueinfo": "mt_sig_queue_enter",
     "syscalls:sys_enter_rt_tgsigqueueinfo": "mt_sig_tgqueue_enter",
@@ -172,6 +182,7 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         TR_RAW=TR_RAW,
         TR_OTHER=TR_OTHER,
         MAX_SOCKS=MAX_SOCKS,
+        MMSG_MAX=MMSG_MAX,
         KEY_PATH_MAX=KEY_PATH_MAX,
         MAX_PROTECTED=MAX_PROTECTED,
         O_ANY_WRITE=O_ANY_WRITE,

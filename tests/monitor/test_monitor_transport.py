@@ -87,8 +87,8 @@ async def test_udp_probe_datagrams_and_tcp_are_told_apart() -> None:
     assert (sent.transport, sent.address, sent.sent, sent.egress) == ("udp", "127.0.0.1", 2, True)
 
     tcp = by_port[("connect", ports[2])]
-    assert (tcp.transport, tcp.sent, tcp.result, tcp.egress) == ("tcp", 0, 0, True)
-    assert ("send", ports[2]) not in by_port  # a stream's data is not counted as datagrams
+    assert (tcp.transport, tcp.result, tcp.egress, tcp.bytes_sent) == ("tcp", 0, True, 3)
+    assert ("send", ports[2]) not in by_port  # a stream's bytes go on its connect
 
     # the rule on the real tree: everything but the probe is egress (loopback not allowed)
     policy = load_policy()  # balanced: loopback is not allowed, port 53 only
