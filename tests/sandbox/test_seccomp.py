@@ -159,7 +159,8 @@ async def test_docker_default_lets_io_uring_and_ptrace_through() -> None:
 @pytest.mark.anyio
 async def test_ordinary_work_runs_under_the_guard_profile() -> None:
     # threads (glibc's clone3 falls back to clone), a subprocess, file writes, node with
-    # libuv told to use io_uring (it falls back), async fs and a child, and a git commit.
+    # libuv told to use io_uring (it falls back), async fs, a child and a worker thread, and a
+    # git commit.
     script = textwrap.dedent("""
         set -e
         python3 -c 'import threading, subprocess, pathlib
