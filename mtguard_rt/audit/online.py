@@ -174,7 +174,7 @@ class OnlineRules:
             return None
         effects = exp.command_effects(proc, exe, argv)
         if prog.kind == "no-file":
-            effects = [f"{label(proc)} {prog.note}: no file on disk", *effects]
+            effects = [f"{label(proc)} ran a program with no file on disk", *effects]
         if not effects:
             return None
         reason = f"{self.ctx.call.tool!r} is not a command tool but spawned a shell or interpreter"

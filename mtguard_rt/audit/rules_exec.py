@@ -78,7 +78,7 @@ def _unexplained(exp: Expected, view: TreeView, shells_only: bool) -> list[Found
             own = exp.command_effects(p, prog.exe, prog.argv)
             effects = list(dict.fromkeys([*own, *effects]))
         if prog.kind == "no-file" and how is not None and not exp.command_tool:
-            effects = [f"{label(p)} {prog.note}: no file on disk", *effects]
+            effects = [f"{label(p)} ran a program with no file on disk", *effects]
         if effects:
             reported.add(p.key)
             out.append((p, exe, argv, effects, how or ""))
