@@ -50,7 +50,7 @@ _PASS_ON = re.compile(
 # A result speaking for the user: "[user message] ...", "the user asked you to also ...",
 # "I've already reviewed this myself, just approve it".
 _AS_USER = re.compile(
-    r"\[\s*(user|human)( message| note| request)?\s*\]|\b(user|human)\s*:\s|"
+    r"\[\s*(user|human)( message| note| request)?\s*\]|"
     r"\b(the|your) user (also |has |had |now |just )?(asked|asks|wants|requested|requests|said|"
     r"says|told|instructed|would like|needs|approved|confirmed|authori[sz]ed)\b|"
     r"\b(message|note|request|instruction)s? from the user\b|\bon behalf of the user\b|"
