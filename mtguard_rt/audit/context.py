@@ -48,7 +48,7 @@ class CallContext:
     # this server's learnt baseline (`expected.ServerBaseline`, attached by the engine).
     annotations: dict[str, Any] = field(default_factory=dict)
     baseline: Any = None
-    # what each exec of the call really ran (`identity.CallPrograms`, made on first use)
+    # what each exec of the call really ran (`programs.CallPrograms`, made on first use)
     programs: Any = None
     # The session as the LLM judge sees it (`session.SessionView`): every server's tools and
     # the recent calls across servers with what each answered. Only the judge's prompt uses it.

@@ -32,9 +32,9 @@ from ..model import (
 from .consent import WriteConsent, online_persistence
 from .context import CallContext
 from .expected import Expected
-from .identity import programs_of
 from .patterns import canonical_ip
 from .policy import Policy
+from .programs import programs_of
 from .rules_exec import judged_program
 from .rules_files import PERSISTENCE_WHY, took_effect
 from .rules_integrity import (

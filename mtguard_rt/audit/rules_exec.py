@@ -17,8 +17,9 @@ from typing import Any
 from ..model import ProcessNode, Violation
 from .context import CallContext
 from .expected import Expected
-from .identity import Program, programs_of
+from .identity import Program
 from .policy import PRIVILEGED, Policy, basename
+from .programs import programs_of
 from .rules_pre import violation
 from .text import names_path, words
 from .treeview import TreeView, describe, label
