@@ -33,6 +33,7 @@ MULTI_CALL = frozenset({"busybox", "toybox"})  # the applet is argv[0]'s name
 MAX_HOPS = 40  # symlinks followed per path, as the kernel's limit
 MAX_CACHE = 4096  # digests and resolved roots kept, then forgotten at once
 CHUNK = 1 << 20
+HEAD_BYTES = 64 << 10  # compared before the whole content
 FD_PATH = re.compile(r"^(?:fd:\d+|/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/\d+"
                      r"|/dev/fd/\d+|/memfd:.*)$")  # fmt: skip
 SELF_EXE = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/exe$")
@@ -142,18 +143,21 @@ class ProgramFiles:
     """The sandbox's files as the exec rules read them; caches shared by every call."""
 
     def __init__(self) -> None:
-        self._digests: dict[FileKey, str] = {}
+        self._digests: dict[tuple[int, int, int, int, bool], str] = {}
         self._known: dict[tuple[tuple[int, int], int], _Known] = {}
 
-    def digest(self, host_path: str, st: os.stat_result) -> str | None:
-        key = _key(st)
+    def digest(self, host_path: str, st: os.stat_result, head: bool = False) -> str | None:
+        """The file's content digest (`head`: of its first `HEAD_BYTES` only), cached."""
+        key = (*_key(st), head)
         got = self._digests.get(key)
         if got is None:
             h = hashlib.blake2b(digest_size=20)
+            left = HEAD_BYTES if head else st.st_size
             try:
                 with open(host_path, "rb") as fh:
-                    while chunk := fh.read(CHUNK):
+                    while left > 0 and (chunk := fh.read(min(CHUNK, left))):
                         h.update(chunk)
+                        left -= len(chunk)
             except OSError:
                 return None
             if len(self._digests) >= MAX_CACHE:
@@ -218,12 +222,16 @@ class ProgramFiles:
         sized = known.by_size.get(st.st_size)
         if not sized:
             return None
-        mine = self.digest(host_path, st)
         for path, host in sized:
             try:
                 kst = os.stat(host)
             except OSError:
                 continue
+            # the head first: a file of the same size but other content costs 64 KiB, not all
+            head = self.digest(host_path, st, head=True)
+            if head is None or self.digest(host, kst, head=True) != head:
+                continue
+            mine = self.digest(host_path, st)
             if mine is not None and self.digest(host, kst) == mine:
                 return path
         return None
