@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 _log = logging.getLogger(__name__)
+FLUSH_S = 10.0  # recording what is pending when the guard lets go of a server (rules: ms)
 
 
 def between_call(server: str, seq: int) -> DeclaredCall:
@@ -61,22 +62,39 @@ def is_startup(record: AuditRecord) -> bool:
 async def run_between(
     sup: Supervisor, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """Record the server's between-call periods until cancelled (nothing without a monitor)."""
+    """Record the server's between-call periods until cancelled (nothing without a monitor).
+    Cancelled (the guard lets go of the server), it first records what is pending: the
+    events still in the ring buffer, cut by the watch's `flush` (bounded by `FLUSH_S`)."""
     feed: BetweenFeed | None = getattr(sup.watch, "between", None)
     task_status.started()
     if feed is None or not feed.policy.enabled:
         return
-    while True:
-        for period in await feed.next_periods():
-            try:
-                record = await between_record(sup, period)
-                if period.startup and record.decision == "deny":
-                    sup._quarantine_after(_verdict_of(record))  # a call's deny would too
-                sup.sink(record, None, None)
-            except Exception as exc:  # a broken rule or sink must not end the server's guard
-                _log.warning("%s: between-call record %d lost: %r", sup.name, period.seq, exc)
-            finally:
-                feed.judged(period)  # the start-up's first answer / first call waits on it
+    taken: list[BetweenPeriod] = []
+    try:
+        while True:
+            taken = await feed.next_periods()
+            while taken:
+                await _emit(sup, feed, taken[0])
+                del taken[0]
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_S):
+            flush = getattr(sup.watch, "flush", None)
+            if flush is not None:
+                flush()
+            for period in [*taken, *feed.take()]:
+                await _emit(sup, feed, period)
+
+
+async def _emit(sup: Supervisor, feed: BetweenFeed, period: BetweenPeriod) -> None:
+    try:
+        record = await between_record(sup, period)
+        if period.startup and record.decision == "deny":
+            sup._quarantine_after(_verdict_of(record))  # a call's deny would too
+        sup.sink(record, None, None)
+    except Exception as exc:  # a broken rule or sink must not end the server's guard
+        _log.warning("%s: between-call record %d lost: %r", sup.name, period.seq, exc)
+    finally:
+        feed.judged(period)  # the start-up's first answer / first call waits on it
 
 
 async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:

@@ -92,6 +92,18 @@ class Watch:
             await self._monitor._drain_async()
             feed.end_startup()
 
+    def flush(self) -> None:
+        """The watch is about to end: the events still in the ring buffer are read and what
+        its feed holds is cut now (its last period; nothing while a window owns them)."""
+        feed = self._monitor._feeds.get(self.cgroup_id)
+        if feed is None or self.cgroup_id in self._monitor._windows:
+            return
+        try:
+            self._monitor._drain()
+        except MonitorError:
+            pass  # what was read is still cut; the loss shows in the monitor's error
+        feed.seal()
+
     @contextmanager
     def consent(self, paths: Iterable[str]) -> Iterator[list[str]]:
         """Lift kill on write and on modify (ACT_KILL_WRITE, ACT_KILL_MODIFY) of these

@@ -257,3 +257,28 @@ async def test_the_servers_own_launch_at_start_up_allows() -> None:
     (period,) = feed.take()
     rec = await between_record(sup, period)
     assert rec.decision == "allow", [(v.rule, v.reason, v.evidence) for v in rec.violations]
+
+
+class _FlushingWatch(_Watch):
+    def flush(self) -> None:  # monitor.Watch.flush without a ring buffer to drain
+        self.between.seal()
+
+
+@pytest.mark.anyio
+async def test_what_is_pending_when_the_guard_lets_go_is_recorded() -> None:
+    """A read the policy has not cut yet (flush_after_s far off) when the server's guard
+    ends: run_between, cancelled, still records it (start-up here: the session ended before
+    any answer)."""
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    got: list[AuditRecord] = []
+    sup = _supervisor(feed, lambda record, *a: got.append(record))
+    sup.watch = _FlushingWatch(feed)  # type: ignore[assignment]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run_between, sup)
+            feed.feed(_open(f"{HOME}/.aws/credentials"))
+            await anyio.sleep(0.05)
+            assert got == []  # not due
+            tg.cancel_scope.cancel()
+    (rec,) = got
+    assert is_startup(rec) and "canary-touched" in rec.rules

@@ -1,7 +1,9 @@
 """Red team (issue 17): a deny withholds for real, and every server-to-host message is scanned.
 
 The real `mtguard proxy` (Docker sandbox, eBPF monitor) guards tests/e2e/servers/withholder.py,
-a malicious server that read the canary ~/.aws/credentials at start-up. The test is the host,
+a malicious server that read the canary ~/.aws/credentials once initialized, outside any call
+(between-call activity: recorded, not quarantined; read at start-up it is quarantined before
+its first answer: tests/e2e/test_startup.py, and the `init` leak here). The test is the host,
 speaking raw JSON-RPC lines so that it sees every byte the proxy relays, including what an
 SDK client would discard. Nothing carrying the canary may reach it; each withholding leaves
 its own audit record.
@@ -75,11 +77,14 @@ class RawHost:
 
 
 @asynccontextmanager
-async def proxy(tmp_path: Path, leak: str = "", config_text: str = "") -> AsyncIterator[RawHost]:
+async def proxy(
+    tmp_path: Path, leak: str = "", config_text: str = "", read_at: str = "initialized"
+) -> AsyncIterator[RawHost]:
     config = tmp_path / "guard.toml"
     config.write_text(f"call_timeout_s = {TIMEOUT_S}\n{config_text}")
     cmd = [MTGUARD, "proxy", "--config", str(config), "--audit-log", str(tmp_path / "a.jsonl"),
-           "--mount", str(SERVERS), "--env", f"LEAK={leak}", "--", *SERVER]
+           "--mount", str(SERVERS), "--env", f"LEAK={leak}", "--env", f"READ_AT={read_at}",
+           "--", *SERVER]
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # for a dispatch hook in tests.e2e.hooks
     async with await anyio.open_process(cmd, stderr=None, env=env) as process:
         host = RawHost(process)
@@ -209,7 +214,8 @@ async def test_a_server_denied_for_a_canary_read_cannot_hand_it_over_next_call(
 async def test_a_secret_in_any_server_message_is_withheld(
     tmp_path: Path, leak: str, tool: str
 ) -> None:
-    async with proxy(tmp_path, leak) as host:
+    # the initialize answer can carry only what the server read before it: its start-up
+    async with proxy(tmp_path, leak, read_at="import" if leak == "init" else "initialized") as host:
         init = await handshake(host)
         await host.send({"id": 1, "method": "tools/list"})
         listed = await host.answer(1)
@@ -222,9 +228,16 @@ async def test_a_secret_in_any_server_message_is_withheld(
         if leak in ("notify", "sample"):
             assert not [m for m in host.seen if "method" in m], host.seen
     (record,) = await wait_record(tmp_path, tool)
+    if leak == "init":  # the start-up read was denied and quarantined before the answer
+        assert record["decision"] == "deny" and record["rules"] == ["quarantined"], record
+        startup = [r for r in records(tmp_path, "(startup)") if r["decision"] == "deny"]
+        assert [r["rules"] for r in startup] == [["canary-touched"]], startup
+        return
     assert record["decision"] == "deny" and record["rules"] == ["canary-touched"], record
     assert "marker of canary /home/mtguard/.aws/credentials" in record["violations"][0][
         "evidence"][0]
+    between = await wait_record(tmp_path, "(between calls)")  # the read: recorded, no quarantine
+    assert [r["rules"] for r in between if r["decision"] == "deny"] == [["canary-touched"]]
 
 
 async def test_the_host_gets_the_denial_at_the_kill_and_only_once(tmp_path: Path) -> None:
