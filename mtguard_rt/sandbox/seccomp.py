@@ -97,7 +97,8 @@ REFUSED: dict[str, str] = {
     "vhangup": "hangs up the terminal",
 }
 
-# clone's flags (x86 and arm: its first argument) that create namespaces, refused like unshare
+# clone's flags that create namespaces, refused like unshare (its first argument; the second
+# on s390, as in Docker's profile)
 CLONE_NAMESPACES = {
     "CLONE_NEWNS": 0x00020000,
     "CLONE_NEWCGROUP": 0x02000000,
@@ -128,9 +129,11 @@ def guard_profile() -> dict[str, Any]:
         refuse(sorted(NOT_IMPLEMENTED), errno.ENOSYS),
         refuse(sorted(REFUSED), errno.EPERM),
     ]
+    s390 = {"arches": ["s390", "s390x"]}
     for flag in CLONE_NAMESPACES.values():  # rules of one syscall are or-ed
-        arg = {"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}
-        rules.append(refuse(["clone"], errno.EPERM, args=[arg]))
+        for index, where in ((0, {"excludes": s390}), (1, {"includes": s390})):
+            arg = {"index": index, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}
+            rules.append(refuse(["clone"], errno.EPERM, args=[arg], **where))
     return {"defaultAction": "SCMP_ACT_ALLOW", "archMap": ARCH_MAP, "syscalls": rules}
 
 

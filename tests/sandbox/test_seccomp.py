@@ -80,6 +80,8 @@ def test_guard_profile_refuses_every_listed_syscall() -> None:
     assert {"io_uring_setup", "clone3"} <= set(NOT_IMPLEMENTED)
     assert {"ptrace", "process_vm_writev", "pidfd_getfd", "bpf", "unshare"} <= set(REFUSED)
     clones = [r for r in profile["syscalls"] if r["names"] == ["clone"]]
+    assert {r["args"][0]["index"] for r in clones if "excludes" in r} == {0}
+    assert {r["args"][0]["index"] for r in clones if "includes" in r} == {1}  # s390
     masks = {r["args"][0]["value"] for r in clones}
     assert 0x10000000 in masks and len(masks) == 7  # CLONE_NEWUSER among the 7 namespaces
     assert all(r["args"][0]["value"] == r["args"][0]["valueTwo"] for r in clones)
