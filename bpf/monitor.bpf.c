@@ -1462,7 +1462,21 @@ static __always_inline int read_sockaddr(struct event *e, const void *sa)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 {
-    return enter6(EV_CONNECT, args->fd, (u64)args->uservaddr, 0, 0, 0);
+    return enter6(EV_CONNECT, args->fd, (u64)args->uservaddr, args->addrlen, 0, 0);
+}
+
+/* An AF_UNIX connect (e->a1 == 1): str1 = sun_path as passed, addrlen - 2 bytes of it (at
+ * most 108, raw: an abstract name starts with a NUL and may hold more); a2 = 0. */
+static __always_inline void unix_connect(struct event *e, const char *sa, u64 addrlen)
+{
+    e->a2 = 0;
+    u64 n = addrlen > 2 ? addrlen - 2 : 0;
+    if (n > 108)
+        n = 108;
+    n &= 127;
+    if (n && bpf_probe_read_user(e->data, n, sa + 2) == 0)
+        e->len1 = n;
+    submit(e);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_connect)
 {
@@ -1476,8 +1490,11 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
     e->a0 = (s32)p.a[0];
     int port = read_sockaddr(e, (const void *)p.a[1]);
     e->a3 = sock_connected(e, p.a[0], port);
-    if (port < 0)
+    if (port < 0) {
+        if (e->a1 == 1)
+            unix_connect(e, (const char *)p.a[1], p.a[2]);
         return 0;
+    }
     if (port == MT_DNS_PORT) {
         u64 key = ((u64)e->pid << 32) | (u32)p.a[0];
         u8 one = 1;

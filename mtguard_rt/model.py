@@ -104,6 +104,16 @@ class NetEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
         return text
 
 
+class UnixEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """`connect` of an AF_UNIX socket: `path` as passed (made absolute against the cwd when
+    known), or an abstract name written `@name` (`abstract`). `result`: 0 or -errno."""
+
+    ts_ns: int
+    path: str
+    abstract: bool = False
+    result: int = 0
+
+
 class DnsEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     ts_ns: int
     direction: Literal["query", "response"]
@@ -204,6 +214,7 @@ class ProcessNode(msgspec.Struct, kw_only=True, omit_defaults=True):
     net: list[NetEvent] = msgspec.field(default_factory=list)
     dns: list[DnsEvent] = msgspec.field(default_factory=list)
     signals: list[SignalEvent] = msgspec.field(default_factory=list)
+    unix: list[UnixEvent] = msgspec.field(default_factory=list)  # AF_UNIX connects
 
     @property
     def command_line(self) -> str:

@@ -22,13 +22,15 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
+from fnmatch import fnmatch
 from typing import Any
 
 from ..model import DATAGRAM_TRANSPORTS, BehaviorTree, DnsEvent, NetEvent, Violation
 from .context import CallContext
-from .patterns import canonical_ip, domain_within, is_loopback, normalize_domain
+from .patterns import HOME_RE, canonical_ip, domain_within, is_loopback, normalize_domain
 from .policy import Policy
 from .rules_files import secret_reads
 from .rules_pre import MAX_EVIDENCE, _written_prose, violation
@@ -76,6 +78,38 @@ def loopback_allowed(policy: Policy, ip: str) -> bool:
 def exempt_destination(policy: Policy, resolvers: Iterable[str], ip: str, port: int) -> bool:
     """A destination no call needs to derive: a resolver's port, or allowed loopback."""
     return resolver_port(policy, resolvers, ip, port) or loopback_allowed(policy, ip)
+
+
+# AF_UNIX sockets a sandbox makes itself live in its temp dirs, its home or its workspace;
+# one elsewhere (a mounted docker.sock, a host daemon's socket) is another program's door
+OWN_SOCKET_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run/user")
+
+
+def foreign_unix(ctx: CallContext, view: TreeView, policy: Policy) -> list[str]:
+    """Evidence for each AF_UNIX connect that reached a socket the sandbox did not make: a
+    path outside its temp dirs, home and workspace that neither the call (an argument, the
+    task) names nor the policy allows (`allowed_unix`). Refused connects reached nothing;
+    abstract names are recorded in the tree only (their namespace is the sandbox's own
+    unless it shares the host's network)."""
+    allowed = policy.spec.rules.unexpected_network.allowed_unix
+    named = {t.strip() for t in ctx.arg_texts}
+    task = ctx.task_text or ""
+    seeded = (p.cwd for p in view.tree.processes if p.learned == "seeded" and p.cwd)
+    roots = [*OWN_SOCKET_ROOTS, *[w for w in seeded if w != "/"]]
+    out = []
+    for p in view.tree.processes:
+        for u in p.unix:
+            if u.abstract or u.result < 0 or not u.path.startswith("/"):
+                continue
+            path = u.path
+            if any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+                continue
+            if re.match(HOME_RE + "/", path) or any(fnmatch(path, g) for g in allowed):
+                continue
+            if path in task or path in named:  # the call's own words name this socket
+                continue
+            out.append(f"{label(p)} connected to unix socket {path} (not the sandbox's own)")
+    return out
 
 
 def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:
@@ -226,6 +260,9 @@ def unexpected_network(
                 continue
             ev.append(f"{label(p)} {egress_text(n, ip)}")
             egress = True
+    if unix := foreign_unix(ctx, view, policy):
+        ev.extend(unix)
+        egress = True
     if ev and not egress:  # lookups alone, none carrying the call's data
         v = violation(
             "unexpected-network",

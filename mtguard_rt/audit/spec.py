@@ -202,6 +202,8 @@ class UnexpectedNetworkSpec(RuleSpec):
     allow_loopback: bool = False
     allowed_addresses: list[str] = msgspec.field(default_factory=list)
     allowed_ports: list[int] = msgspec.field(default_factory=list)  # e.g. 53 (resolver)
+    # AF_UNIX sockets (fnmatch globs) a call may connect to outside the sandbox's own places
+    allowed_unix: list[str] = msgspec.field(default_factory=list)
 
 
 class IncompleteTreeSpec(RuleSpec):

@@ -23,6 +23,7 @@ from ..model import (
     FileOp,
     NetEvent,
     ProcessNode,
+    UnixEvent,
 )
 from .decode import RawEvent, Recording
 from .dns import decode_dns
@@ -35,6 +36,7 @@ from .stdio import StdioAssembler
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
 AT_REMOVEDIR = 0x200
 FAMILIES: dict[int, Literal["ipv4", "ipv6"]] = {2: "ipv4", 10: "ipv6"}
+AF_UNIX = 1
 PATH_OPS: dict[int, FileOp] = {
     Kind.UNLINK: "unlink",
     Kind.RMDIR: "rmdir",
@@ -291,6 +293,8 @@ class TreeBuilder:
         elif kind in (Kind.CONNECT, Kind.ACCEPT):
             family = FAMILIES.get(ev.a1)
             if family is None:
+                if kind == Kind.CONNECT and ev.a1 == AF_UNIX:
+                    node.unix.append(self._unix(proc, ev))
                 return
             address = ip_text(ev.a1, ev.addr)
             if kind == Kind.CONNECT and ev.a2 == 53:
@@ -390,6 +394,16 @@ class TreeBuilder:
                 ev, proc.node, lambda pid: n.node if (n := procs.get(pid)) else None, self.start_ns
             )
         )
+
+    def _unix(self, proc: _Proc, ev: RawEvent) -> UnixEvent:
+        """An AF_UNIX connect: a path (relative ones against the cwd, as the kernel does),
+        or an abstract name (leading NUL) as `@name`."""
+        raw = ev.s1
+        if raw[:1] == b"\0":
+            name = raw[1:].rstrip(b"\0").replace(b"\0", b"@")
+            return UnixEvent(ts_ns=ev.ts_ns, path="@" + text(name), abstract=True, result=ev.ret)
+        path, _ok = proc.fs.resolve(AT_FDCWD, raw.split(b"\0", 1)[0])
+        return UnixEvent(ts_ns=ev.ts_ns, path=path, result=ev.ret)
 
     def _net_sent(self, node: ProcessNode, ev: RawEvent) -> None:
         """Datagrams sent: counted on the socket's connect when the destination is its

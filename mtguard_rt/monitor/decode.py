@@ -50,8 +50,11 @@ _CODES: dict[Any, str] = {
 
 K_EXEC, K_DNS_SEND, K_DNS_RECV = int(Kind.EXEC), int(Kind.DNS_SEND), int(Kind.DNS_RECV)
 K_STDIO = int(Kind.STDIO)  # raw bytes: never cut at a NUL
-# str1 is binary (a DNS payload, stdio bytes, NET_SENT's u64 byte count): never cut at a NUL
-RAW_KINDS = frozenset({int(Kind.DNS_SEND), int(Kind.DNS_RECV), K_STDIO, int(Kind.NET_SENT)})
+# str1 is binary (a DNS payload, stdio bytes, NET_SENT's u64 byte count, an AF_UNIX
+# connect's sun_path: abstract names start with a NUL): never cut at a NUL
+RAW_KINDS = frozenset(
+    {int(Kind.DNS_SEND), int(Kind.DNS_RECV), K_STDIO, int(Kind.NET_SENT), int(Kind.CONNECT)}
+)
 
 
 class RawEvent(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):

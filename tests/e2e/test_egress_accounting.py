@@ -5,14 +5,19 @@ terminal server in Docker (`--network host`), test hosts in a netns of our own
 Port 53 is exempt only to the resolvers the sandbox really uses (its /etc/resolv.conf as
 mounted, and `[sandbox] dns`): a DNS query to the configured resolver passes, the same
 datagram to port 53 of another address is egress like any other and denies the call.
-The addresses travel in the environment, so nothing in the call derives them.
+The addresses travel in the environment, so nothing in the call derives them. An AF_UNIX
+connect to a host socket mounted into the sandbox is another program's door (denied); one
+to a socket the command made itself under /tmp is not.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +84,52 @@ async def test_port_53_only_to_the_sandbox_resolver(
     (v,) = [v for v in second.violations if v.rule == "unexpected-network"]
     assert v.mode == "enforce"
     assert any(f"sent 1 udp datagram to {other_ip}:53" in e for e in v.evidence), v.evidence
+
+
+# connect to the AF_UNIX socket $SOCK (a host socket mounted into the sandbox), or to one
+# the command makes itself under /tmp (OWN=1); prints 0 or the errno
+UNIX = (
+    "import os, socket; s = socket.socket(socket.AF_UNIX); own = os.environ.get('OWN'); "
+    "p = '/tmp/own.sock' if own else os.environ['SOCK']; "
+    "l = socket.socket(socket.AF_UNIX) if own else None; "
+    "l and (l.bind(p), l.listen(1)); "
+    "print(s.connect_ex(p))"
+)
+
+
+@pytest.fixture
+def host_socket() -> Iterator[Path]:
+    """A listening AF_UNIX socket in a host directory outside the sandbox's own places."""
+    d = Path(f"/run/mtg-door-{secrets.token_hex(4)}")
+    d.mkdir(mode=0o755)
+    path = d / "daemon.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as door:
+        door.bind(str(path))
+        os.chmod(path, 0o777)  # the sandbox's user (1000) may connect
+        door.listen(8)
+        try:
+            yield path
+        finally:
+            path.unlink()
+            d.rmdir()
+
+
+async def test_unix_connect_to_a_mounted_host_socket_denied_own_socket_allowed(
+    proxy: ProxyFactory, audit_path: Path, host_socket: Path
+) -> None:
+    flags = ("--mount", str(host_socket.parent), "--env", f"SOCK={host_socket}")
+    flags += ("--env", f"SCRIPT={UNIX}")
+    run = f'{sys.executable} -c "$SCRIPT"'
+    async with proxy("terminal", *flags) as client:
+        own = await client.call_tool("run_command", {"command": f"OWN=1 {run}"})
+        door = await client.call_tool("run_command", {"command": run})
+    assert not own.get("isError"), text_of(own)
+    assert json.loads(text_of(own))["stdout"].strip() == "0"
+    assert door["isError"] is True and "mtguard denied" in text_of(door)
+    first, second = [r for r in records(audit_path) if r.tool == "run_command"]
+    assert first.decision == "allow" and "unexpected-network" not in first.rules
+    assert first.tree is not None
+    assert [u.path for p in first.tree.processes for u in p.unix] == ["/tmp/own.sock"]
+    assert (second.decision, second.phase) == ("deny", "post")
+    (v,) = [v for v in second.violations if v.rule == "unexpected-network"]
+    assert any(f"connected to unix socket {host_socket}" in e for e in v.evidence), v.evidence
