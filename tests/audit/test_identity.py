@@ -229,3 +229,22 @@ def test_online_kills_what_it_would_for_the_named_shell() -> None:
     v = rules.check(loader, ExecEvent(ts_ns=9000, path=LOADER, argv=[LOADER, "/tmp/.y", READ_KEY]))
     assert v is not None and "written in the sandbox" in v.evidence[0]
     assert judged_program(Expected.of(ctx, POLICY), Program("named", "/usr/bin/ls", ["ls"])) is None
+
+
+def test_after_the_call_a_copy_is_found_through_a_live_process_of_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """No online rules ran: the post rule identifies the exec from the files, read through the
+    root of a process of the tree still alive (here this test process: the host's root)."""
+    copy = tmp_path / "helper"
+    shutil.copy(os.path.realpath("/bin/sh"), copy)
+    ctx, tree, _ = _tree_with(str(copy), [str(copy), "-c", f"ls -l {HOME}/.ssh/id_rsa"])
+    with open("/proc/self/stat", "rb") as fh:
+        ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+    me = tree.processes[0]
+    me.pid, me.start_ns = os.getpid(), ticks * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
+    [v] = run(ctx, tree)
+    assert v.evidence[0].endswith(f"({copy} is a copy of {os.path.realpath('/bin/sh')})")
+    # no live process of the sandbox (the tree's server is pid 100 of long ago): by its name
+    ctx, tree2, _ = _tree_with(str(copy), [str(copy), "-c", f"ls -l {HOME}/.ssh/id_rsa"])
+    assert run(ctx, tree2) == []
