@@ -282,3 +282,22 @@ async def test_what_is_pending_when_the_guard_lets_go_is_recorded() -> None:
             tg.cancel_scope.cancel()
     (rec,) = got
     assert is_startup(rec) and "canary-touched" in rec.rules
+
+
+@pytest.mark.anyio
+async def test_a_start_up_record_becomes_spans_alerts_and_counts_apart_in_metrics() -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    from mtguard_rt.agent.report import call_report
+    from mtguard_rt.telemetry.alerts import alert_kinds
+    from mtguard_rt.telemetry.spans import SpanBuilder, new_trace_id
+
+    feed = BetweenFeed(IDLE, BetweenPolicy(flush_after_s=60.0, min_gap_s=0.0))
+    feed.feed(_open(f"{HOME}/.ssh/id_rsa"))
+    feed.end_startup()
+    (period,) = feed.take()
+    rec = await between_record(_supervisor(feed, lambda *a: None), period)
+    spans = SpanBuilder(Resource.create({"service.name": "test"})).build(rec, new_trace_id())
+    assert spans and any(STARTUP_TOOL in s.name for s in spans), [s.name for s in spans]
+    assert "deny" in alert_kinds(rec, None, ["deny"])
+    assert call_report(rec).between  # not counted as a call
