@@ -21,9 +21,10 @@ from .patterns import canonical_ip, domain_within
 from .policy import Policy
 from .provenance import STOP_WORDS
 from .rules_flow import secret_flow
+from .rules_lookalike import lookalike_tool
 from .rules_params import out_of_scope_param
 from .rules_persist import persistence_arg
-from .rules_provenance import induced_call, lookalike_tool
+from .rules_provenance import induced_call
 from .text import bare_hosts, leaf_key, names_path, url_hosts
 
 MAX_EVIDENCE = 10

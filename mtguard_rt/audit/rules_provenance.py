@@ -22,15 +22,7 @@ change (`_AGAINST_USER`). Targets: a change or send call whose targets (what to 
 write, send and where) hold a value another server's result or description holds and the
 task never says, when the task does not ask for this change (`carried.carried_targets`).
 
-`lookalike-tool`: a call to a tool that duplicates another one (compatible parameters, the
-same name meaning once verbs, fillers and praise are dropped: `fetch_historical_stock_prices`,
-`best_get_stock_actions`, `web_page_navigator` next to `playwright_navigate`) and advertises
-itself (a praise word in its name, a superiority claim in its description). Confusable
-spellings are `shadowed-tool`'s job; this is the functional duplicate built to win the
-model's preference. Names are compared up to the policy's synonyms (`send_email` and
-`send_message` on another server), and a variant whose extra words the task asks for
-("the hourly forecast" for `get_forecast_hourly`) or a tool or server the task names is the
-user's choice.
+`lookalike-tool` (a functional duplicate that advertises itself) is in `rules_lookalike.py`.
 """
 
 from __future__ import annotations
@@ -42,11 +34,11 @@ from typing import Any
 from ..model import Violation
 from .carried import carried_targets
 from .context import CallContext
-from .names import COMPETES, covered, kin, meaning, words_of
+from .names import meaning, words_of
 from .policy import Policy
 from .provenance import STOP_WORDS, Sentence, ToolInfo, UntrustedText, tokens
 from .text import leaf_key
-from .wants import names_tool, says, server_common, task_wants
+from .wants import task_wants
 
 MAX_EVIDENCE = 10
 # A sibling's pointer that is more than documentation: it compels (must, required, ...) a
@@ -78,7 +70,7 @@ def _snip(text: str, limit: int = 200) -> str:
 
 
 @lru_cache(maxsize=8192)
-def _search(pattern: re.Pattern[str], text: str) -> str | None:
+def search(pattern: re.Pattern[str], text: str) -> str | None:
     """The first match of `pattern` in `text` (cached: the same untrusted sentences and
     descriptions are asked about on every call)."""
     m = pattern.search(text)
@@ -86,7 +78,7 @@ def _search(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def _cue(pattern: re.Pattern[str], text: str) -> bool:
-    return _search(pattern, text) is not None
+    return search(pattern, text) is not None
 
 
 @lru_cache(maxsize=1024)
@@ -102,12 +94,7 @@ def _mention(name: str) -> re.Pattern[str]:
 def _names(text: str, name: str, lower: str | None = None) -> bool:
     if name.lower() not in (text.lower() if lower is None else lower):
         return False
-    return _search(_mention(name), text) is not None
-
-
-def _meaning(name: str, drop: frozenset[str], common: frozenset[str]) -> frozenset[str]:
-    """`meaning` without the server's common words, unless nothing else is left."""
-    return meaning(name, drop | common) or meaning(name, drop)
+    return search(_mention(name), text) is not None
 
 
 @lru_cache(maxsize=512)  # bounds the sentences it keeps alive (a result's: at most 40)
@@ -365,70 +352,3 @@ def induced_call(ctx: CallContext, policy: Policy) -> list[Violation]:
     reason = "the call was induced by server-controlled text, not asked for by the task"
     return [_violation("induced-call", policy, reason, list(dict.fromkeys(ev)))]
 
-
-def _praise(t: ToolInfo, policy: Policy) -> str | None:
-    words = [w for w in words_of(t.name) if w in policy.praise_words]
-    if words:
-        return f"its name says {', '.join(words)!r}"
-    if policy.superiority is not None and (m := _search(policy.superiority, t.description)):
-        return f"its description claims {m!r}"
-    return None
-
-
-def _compatible(a: frozenset[str], b: frozenset[str]) -> bool:
-    return bool(a and b) and (a <= b or b <= a)
-
-
-def _same_job(a: frozenset[str], b: frozenset[str], policy: Policy) -> bool:
-    """`_compatible` up to synonyms (`send_email` and `send_message` do one job)."""
-    syn = policy.synonyms
-    return bool(a and b) and (covered(a, b, syn) or covered(b, a, syn))
-
-
-def _extra(mine: frozenset[str], theirs: frozenset[str], policy: Policy) -> list[str]:
-    """What `mine`'s name says beyond `theirs` (`hourly` in `get_forecast_hourly`)."""
-    return [w for w in sorted(mine) if not any(kin(w, t, policy.synonyms) for t in theirs)]
-
-
-def _task_chose(ctx: CallContext, me: ToolInfo) -> bool:
-    """The task names this tool or its server: the choice is the user's."""
-    return names_tool(ctx, me.name) or me.server.lower() in ctx.task_tokens
-
-
-def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
-    u = ctx.untrusted
-    me = u.tool(ctx.call.server, ctx.call.tool)
-    if me is None or _task_chose(ctx, me):
-        return []
-    why = _praise(me, policy)
-    claim = _search(COMPETES, me.description) if why is None else None
-    if why is None and claim is None:
-        return []
-    base = policy.generic_name_words | policy.praise_words | policy.vague_nouns
-    mine = _meaning(me.name, base, server_common(u, me.server))
-    ev: list[str] = []
-    for other in u.tools:
-        if other is me or not _compatible(me.properties, other.properties):
-            continue
-        theirs = _meaning(other.name, base, server_common(u, other.server))
-        if not _same_job(mine, theirs, policy) or _praise(other, policy) is not None:
-            continue
-        if me.properties != other.properties and min(len(mine), len(theirs)) < 2:
-            continue  # one shared word and a different signature: a relative, not a copy
-        extra = _extra(mine, theirs, policy)
-        if any(says(w, ctx, policy) for w in extra):
-            continue  # the task asks for what this variant adds (an hourly forecast)
-        ad = why
-        if ad is None:  # only a competing claim: it counts for a copy, not for a variant
-            if extra or _extra(theirs, mine, policy):
-                continue
-            ad = f"its description competes for the other's calls: {claim!r}"
-        ev.append(
-            f"tool {me.name!r} on {me.server!r} duplicates {other.name!r} on {other.server!r} "
-            f"(parameters {sorted(me.properties)}, name meaning {sorted(mine)} vs "
-            f"{sorted(theirs)}) and advertises itself: {ad}"
-        )
-    if not ev:
-        return []
-    reason = "the tool is a look-alike of another tool that advertises itself to be chosen"
-    return [_violation("lookalike-tool", policy, reason, ev)]

@@ -10,8 +10,9 @@ from mtguard_rt.audit import load_policy
 from mtguard_rt.audit.context import CallContext
 from mtguard_rt.audit.provenance import UntrustedLog, gather
 from mtguard_rt.audit.rules_exec import unexpected_shell
+from mtguard_rt.audit.rules_lookalike import lookalike_tool
 from mtguard_rt.audit.rules_pre import task_entity_mismatch
-from mtguard_rt.audit.rules_provenance import induced_call, lookalike_tool
+from mtguard_rt.audit.rules_provenance import induced_call
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import DeclaredCall
 

@@ -10,7 +10,8 @@ import pytest
 from mtguard_rt.audit import PolicyEngine, load_policy
 from mtguard_rt.audit.context import CallContext
 from mtguard_rt.audit.provenance import UntrustedLog, UntrustedText, gather, tokens
-from mtguard_rt.audit.rules_provenance import induced_call, lookalike_tool
+from mtguard_rt.audit.rules_lookalike import lookalike_tool
+from mtguard_rt.audit.rules_provenance import induced_call
 from mtguard_rt.errors import PolicyError
 from mtguard_rt.model import DeclaredCall
 
