@@ -437,6 +437,8 @@ class TreeBuilder:
                 conn.bytes_sent = max(conn.bytes_sent, sent_bytes)
                 self.last_net = conn
                 return
+            if TRANSPORTS.get(ev.ret) == "tcp":
+                return  # a stream connected before this window: its connect was the egress
         key = (ev.pid, ev.a0, address, ev.a2)
         send = self._sends.get(key)
         if send is None:

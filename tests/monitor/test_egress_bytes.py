@@ -17,7 +17,11 @@ import anyio
 import pytest
 from monitor_harness import traced
 
-pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.anyio]
+from mtguard_rt.model import DeclaredCall
+from mtguard_rt.monitor.builder import TreeBuilder
+from mtguard_rt.monitor.decode import RawEvent
+from mtguard_rt.monitor.kinds import Flag, Kind
+from mtguard_rt.monitor.procfs import SeedProcess
 
 SCRIPT = """
 import ctypes, os, socket, sys
@@ -87,6 +91,9 @@ def _received(sock: socket.socket) -> list[int]:
             return out
 
 
+@pytest.mark.root
+@pytest.mark.bpf
+@pytest.mark.anyio
 async def test_every_send_is_counted_with_its_bytes(tmp_path: Path) -> None:
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(7)]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -125,3 +132,45 @@ async def test_every_send_is_counted_with_its_bytes(tmp_path: Path) -> None:
     assert tcp.transport == "tcp"
     assert tcp.bytes_sent == 1000 + 24 + 700  # sendall, write, sendfile: all against the peer
     assert ("send", tcp_port) not in by_port  # a stream's bytes go on its connect
+
+
+def _raw(kind: Kind, ts: int, **kw: object) -> RawEvent:
+    return RawEvent(ts_ns=ts, cgroup_id=7, kind=int(kind), pid=10, **kw)  # type: ignore[arg-type]
+
+
+def _builder() -> TreeBuilder:
+    b = TreeBuilder(DeclaredCall(call_id="c", server="s", tool="t"), 1000)
+    b.seed(SeedProcess(10, 1, 500, "/usr/bin/python3", ["python3", "srv.py"], "/srv", 1000, {}))
+    return b
+
+
+def test_a_stream_connected_before_the_window_is_not_new_egress() -> None:
+    """Its connect was judged in the call that made it: the writes of a kept-alive
+    connection in a later window (or between calls) are not a new destination."""
+    b = _builder()
+    peer = bytes([203, 0, 113, 7]) + bytes(12)
+    sent = (1000).to_bytes(8, "little")
+    flags = int(Flag.CONNECTED)
+    b.apply(
+        _raw(Kind.NET_SENT, 1100, a0=5, a1=2, a2=443, a3=4, ret=1, flags=flags, addr=peer, s1=sent)
+    )
+    b.apply(
+        _raw(Kind.NET_SENT, 1200, a0=6, a1=2, a2=53, a3=1, ret=2, flags=flags, addr=peer, s1=sent)
+    )
+    net = b.build(1300, [], {}, 0).processes[0].net
+    assert [(n.op, n.transport, n.port, n.bytes_sent) for n in net] == [("send", "udp", 53, 1000)]
+
+
+def test_a_sendmmsg_record_counts_each_message_to_its_destination() -> None:
+    def entry(ip: bytes, port: int, length: int) -> bytes:
+        sa = (2).to_bytes(2, "little") + port.to_bytes(2, "big") + ip + bytes(16)
+        return sa + length.to_bytes(4, "little") + bytes(4)
+
+    a, c = bytes([198, 51, 100, 1]), bytes([198, 51, 100, 2])
+    record = entry(a, 53, 40) + bytes(32) + entry(c, 9, 7)  # the middle one had no name
+    b = _builder()
+    b.apply(_raw(Kind.NET_SENT, 1100, a0=5, a3=5, ret=2, flags=int(Flag.MMSG), s1=record))
+    net = b.build(1300, [], {}, 0).processes[0].net
+    # 5 sent, 3 read: the 2 unread count against the last named one's destination
+    got = [(n.address, n.port, n.sent, n.bytes_sent) for n in net]
+    assert got == [("198.51.100.1", 53, 1, 40), ("198.51.100.2", 9, 3, 7)]
