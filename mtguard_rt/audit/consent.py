@@ -248,8 +248,13 @@ class WriteConsent:
             return True
         if not sep or key not in ("Exec", "TryExec"):
             return tokens(line) <= allowed
-        words = value.split()
-        if not words or _SHELL_SYNTAX.search(value):
+        return self._runs_named(value, allowed)
+
+    def _runs_named(self, command: str, allowed: frozenset[str]) -> bool:
+        """Does `command` run a program the task names (flags aside, no shell syntax, its
+        other words allowed)?"""
+        words = command.split()
+        if not words or _SHELL_SYNTAX.search(command):
             return False
         program = tokens(words[0].rsplit("/", 1)[-1])
         rest = tokens(" ".join(w for w in words[1:] if not w.startswith("-")))
@@ -260,10 +265,14 @@ class WriteConsent:
         for."""
         asked = self.ctx.task_tokens
         own = tokens(path) | {"home"}
+        c = persist_class(path)
+        entry = c is not None and c.judge == "desktop"  # a command argument is its Exec=
+        ok = asked | STOP_WORDS | RC_WORDS | own
         return [
             f"argument {key!r} writes {line!r}"
             for key, line in self._written(path)
             if not (tokens(line) - STOP_WORDS - RC_WORDS - own) <= asked
+            and not (entry and self._runs_named(line, ok))
         ]
 
     def _written(self, path: str) -> list[tuple[str, str]]:
