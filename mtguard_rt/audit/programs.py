@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # when within this (the monitor's window uses the same slack)
 START_SLACK_NS = 50_000_000
 _NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+MAX_ROOTS = 8  # live processes remembered to reach the sandbox's root through
 
 
 def alive_as(pid: int, start_ns: int) -> bool:
@@ -66,6 +67,7 @@ class CallPrograms:
         self.cost_ns = 0  # time spent identifying online
         self._tree: BehaviorTree | None = None  # the tree `_tree_written` was read from
         self._tree_written: dict[str, int] = {}
+        self._tree_root: str | None = None
 
     def _made(self, written: dict[str, int], before_ns: int) -> Callable[[str], bool]:
         def made(path: str) -> bool:
@@ -76,11 +78,16 @@ class CallPrograms:
         return made
 
     def _root(self, pid: int, start_ns: int) -> str | None:
-        for p, s in [(pid, start_ns), *self._roots]:
+        """The sandbox's root through `pid` if it is alive, else through one that was."""
+        if alive_as(pid, start_ns):
+            if (pid, start_ns) not in self._roots:
+                self._roots = [*self._roots[-(MAX_ROOTS - 1) :], (pid, start_ns)]
+            return f"/proc/{pid}/root"
+        while self._roots:
+            p, s = self._roots[-1]
             if alive_as(p, s):
-                if (p, s) not in self._roots:
-                    self._roots.append((p, s))
                 return f"/proc/{p}/root"
+            self._roots.pop()  # gone: never asked again
         return None
 
     def wrote(self, ev: FileEvent) -> None:
@@ -106,16 +113,17 @@ class CallPrograms:
         got = self.programs.get((p.key, ts))
         if got is not None:
             return got
-        if self._tree is not view.tree:
+        if self._tree is not view.tree:  # once per tree: what it wrote, a live root
             self._tree = view.tree
             self._tree_written = {}
             for fe in events_in_order(view.tree):
                 for path in _written(fe):
                     self._tree_written.setdefault(path, fe.ts_ns)
-        root = next((r for q in view.tree.processes if q.end_ns is None
-                     and (r := self._root(q.pid, q.start_ns))), None)  # fmt: skip
+            self._tree_root = next((r for q in view.tree.processes if q.end_ns is None
+                                    and (r := self._root(q.pid, q.start_ns))), None)  # fmt: skip
         before = _before(view, p, ev)
-        where = Where(root, None, p.cwd, before, self._made(self._tree_written, ts or 1 << 62))
+        made = self._made(self._tree_written, ts or 1 << 62)
+        where = Where(self._tree_root, None, p.cwd, before, made)
         prog = identify(exe, argv, where, self.policy)
         self.programs[(p.key, ts)] = prog
         return prog
