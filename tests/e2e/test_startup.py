@@ -6,7 +6,7 @@ denied `(startup)` record, cut when the server answers `initialize`; the server 
 quarantined before that answer is relayed, so the host's first `tools/call` is refused and
 nothing the server sends reaches the host. In observe mode the record is written and nothing
 is refused. A benign server's start-up (the interpreter's import storm) is a record that
-allows, and its calls run.
+allows, and its calls run. The library guard (`guard.connect`, its own handshake) too.
 """
 
 from __future__ import annotations
@@ -119,3 +119,26 @@ async def test_a_benign_servers_start_up_allows_and_its_calls_run(tmp_path: Path
     opened = {f["path"] for r in found for p in r["tree"]["processes"] for f in p.get("files", [])}
     assert any(p.endswith(".py") for p in opened), sorted(opened)[:20]  # the import storm
     assert any(e for r in found for p in r["tree"]["processes"] for e in p.get("execs", []))
+
+
+async def test_the_library_guard_refuses_the_first_call_after_a_start_up_read(
+    tmp_path: Path,
+) -> None:
+    """`guard.connect()` (handshake in the library): the start-up is judged once the server
+    answered `initialize`; the first `call_tool` raises `CallDenied` (quarantined)."""
+    from mtguard_rt import open_guard
+    from mtguard_rt.errors import CallDenied
+    from mtguard_rt.sandbox import SandboxConfig
+
+    from .conftest import online_guard_config
+
+    config = online_guard_config(tmp_path, "enforce")
+    config.sandbox = SandboxConfig(mounts=[str(SERVERS)], workspace=config.sandbox.workspace)
+    async with open_guard(config) as guard:
+        async with guard.connect(WITHHOLDER, name="lib") as server:
+            assert server.supervisor.quarantined is not None  # before any call
+            with anyio.fail_after(BOUND_S), pytest.raises(CallDenied) as denied:
+                await server.call_tool("echo", {"text": "hello"})
+    assert denied.value.record is not None and denied.value.record.rules == ["quarantined"]
+    startup = [r for r in guard.records if r.tool == "(startup)" and r.decision == "deny"]
+    assert [r.rules for r in startup] == [["canary-touched"]]
