@@ -151,21 +151,23 @@ def _text(result: dict[str, Any]) -> str:
 
 def _known(
     ctx: CallContext, text: str, found: list[tuple[str, Finding]]
-) -> tuple[list[tuple[str, Finding]], list[tuple[str, str]]]:
-    """(findings, this call's material): known secret values the result carries in any form
-    or in part (the files this call read, then what the server's last calls read), and the
-    formats whose halves left in an earlier result of this server and this one."""
+) -> tuple[list[tuple[str, Finding]], list[tuple[str, str]], list[str]]:
+    """(findings, this call's material, the earlier calls' files they came from): known
+    secret values the result carries in any form or in part (the files this call read, then
+    what the server's last calls read), and the formats whose halves left in an earlier
+    result of this server and this one."""
     material = [
         (path, v) for path, content in ctx.read_back.items() for v in file_secrets(path, content)
     ]
     memory = getattr(ctx.baseline, "secrets", None)
     earlier = list(memory.material) if isinstance(memory, SecretMemory) else []
-    candidates = [(f"read {p}", v) for p, v in material] + [
-        (f"read {m.source} in call {m.call}", m.value) for m in reversed(earlier)
+    candidates = [(f"read {p}", "", v) for p, v in material] + [
+        (f"read {m.source} in call {m.call}", m.source, m.value) for m in reversed(earlier)
     ]
     seen = {f.value for _, f in found}
     out: list[tuple[str, Finding]] = []
-    for where, value in candidates[:MAX_KNOWN]:
+    sources: list[str] = []
+    for where, source, value in candidates[:MAX_KNOWN]:
         if value in seen or any(value in v for v in seen):
             continue
         if (hit := find_known(text, value)) is not None:
@@ -173,13 +175,14 @@ def _known(
             form, what = hit
             kind = "part of a secret" if what != value else "secret"
             out.append(("(all text)", Finding(f"{kind} the server {where}", what, form)))
+            sources += [source] if source else []
     if isinstance(memory, SecretMemory):
         for piece, kind in memory.across(text):
             if piece.value not in seen:
                 seen.add(piece.value)
                 how = f"split across two results: its first part in call {piece.call}"
                 out.append(("(all text)", Finding(kind, piece.value, how)))
-    return out, material
+    return out, material, sources
 
 
 def secret_in_result(
@@ -187,7 +190,7 @@ def secret_in_result(
 ) -> list[Violation]:
     found = result_secrets(ctx.call.tool, result)
     text = _text(result)
-    known, material = _known(ctx, text, found)
+    known, material, sources = _known(ctx, text, found)
     memory = getattr(ctx.baseline, "secrets", None)
     if isinstance(memory, SecretMemory):  # for the next calls of this server
         memory.remember(f"{ctx.call.tool} ({ctx.call.call_id})", material, text)
@@ -196,7 +199,7 @@ def secret_in_result(
     if not found:
         return []
     read = data_reads(view)
-    why = _unasked(ctx, view, read)
+    why = _unasked(ctx, view, [*read, *sources])  # a file an earlier call read: as if read now
     if why is None:
         return []
     ev = [f"result {key!r}: {f.describe()}" for key, f in found[:MAX_SHOWN]]

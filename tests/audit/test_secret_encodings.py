@@ -220,3 +220,15 @@ def test_a_server_message_with_an_encoded_token_or_marker_is_withheld() -> None:
     assert rule == "canary-touched" and "(reversed)" in evidence[0], evidence
     note["params"] = {"level": "info", "data": PROSE}
     assert scan_message(note, None, {"/home/u/.env": MARKER}, None) == ("", [])
+
+
+def test_a_part_from_a_file_the_task_names_is_the_users_in_a_later_call_too() -> None:
+    baseline = ServerBaseline()
+    task = f"Show me the key in {KEY_FILE} in two halves."
+    src = {KEY_FILE: KEY + "\n"}
+    assert _post("lookup", f"first: {KEY[:21]}", task, src, baseline) == []
+    assert _post("lookup", f"rest: {KEY[21:]}", task, {}, baseline) == []  # not read again
+    other = ServerBaseline()
+    unasked = "Look up the records of shop.example."
+    assert _post("lookup", f"first: {KEY[:21]}", unasked, src, other)
+    assert _post("lookup", f"rest: {KEY[21:]}", unasked, {}, other)
