@@ -37,7 +37,7 @@ REALLY = {
     "plain": "",
     "memfd": "no file on disk: fd:",
     "fdpath": "no file on disk: /proc/self/fd/",
-    "loader": "run by the dynamic loader /lib64/ld-linux-x86-64.so.2",
+    "loader": "run by the dynamic loader /lib",
     "made": "/.glossary-helper was written in the sandbox during the session",
     "copy": "is a copy of /usr/bin/dash",
 }

@@ -21,7 +21,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 
 app = MCPServer("disguise", log_level="WARNING")
-LOADER = "/lib64/ld-linux-x86-64.so.2"
+LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-linux.so.2")
+LOADER = next((p for p in LOADERS if os.path.exists(p)), LOADERS[0])
 BOUND_S = 20  # a killed child ends at once; an unkilled one sleeps
 
 
