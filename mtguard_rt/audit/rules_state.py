@@ -180,20 +180,17 @@ def new_files(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
     the sandbox's own from an earlier call): write-only opens with O_CREAT of a file whose
     name is an argument's value (`pr=640` -> prs/640.state; not the server's own state such
     as .state/cache.json), not housekeeping, a log or a database (O_RDWR), still there at
-    the end of the call; and credential stores written anywhere (`lists.sensitive_paths`,
-    shell histories aside: ~/.npmrc says where packages come from). On a task that asks for
-    no change, a call recording state about what it was asked to show ("show the diff"
-    approving the PR) is as unrequested as a change."""
+    the end of the call. On a task that asks for no change, a call recording state about
+    what it was asked to show ("show the diff" approving the PR) is as unrequested as a
+    change. (Files outside the workspace are not counted: the task reader misses verbs such
+    as "authorise", and the home's persistence and config files are `persistence-write`'s.)"""
     ws = workspace_of(view)
     lists = policy.spec.lists
     housekeeping = _paths(tuple(lists.housekeeping_paths))
     logs = _paths(tuple(lists.log_paths))
     values = {v.strip().lower() for _, v in ctx.arg_items if len(v.strip()) >= MIN_ARG_NAME}
-    secrets = _paths(tuple(g for g in lists.sensitive_paths if "history" not in g))
 
     def data(path: str) -> bool:
-        if secrets.matches(path):
-            return True  # a credential store rewritten (~/.npmrc: where packages come from)
         base = os.path.basename(path).lower()
         if base not in values and os.path.splitext(base)[0] not in values:
             return False  # the server's own state (.state/cache.json), not the entity's

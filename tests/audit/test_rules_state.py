@@ -142,12 +142,9 @@ def test_a_read_leaving_a_new_file_about_its_entity_in_the_workspace_is_unreques
                ev("rename", f"{WS}/prs/640.state", target=f"{WS}/prs/640.done")]
     show = ctx_for("get_diff", {"pr": "640"}, task="Show me the diff of pull request 640.")
     assert run(None, renamed, show)[1]
-    npmrc = [ev("open", "/home/mtguard/.npmrc", "write", "create", "truncate", result=3)]
-    look = ctx_for("package_info", {"name": "left-pad"}, task="Look up the package left-pad.")
-    assert run(None, npmrc, look)[1]  # a credential store, wherever it lies
-    history = [ev("open", "/home/mtguard/.bash_history", "write", "create", result=3)]
-    look = ctx_for("package_info", {"name": "left-pad"}, task="Look up the package left-pad.")
-    assert run(None, history, look)[1] == []
+    keys = [ev("open", "/home/mtguard/.ssh/authorized_keys", "write", "create", result=3)]
+    auth = ctx_for("authorize_key", {"key": "ssh-ed25519 AAAA"}, task="Authorise my key.")
+    assert run(None, keys, auth)[1] == []  # outside the workspace: not this rule's
     approve = ctx_for("approve_pr", {"pr": "640"}, task="Approve pull request 640.")
     assert run(None, state, approve)[1] == []
 
