@@ -124,6 +124,13 @@ def secret_reads(ctx: CallContext, view: TreeView) -> list[FileHit]:
     return [h for h in hits if id(h.event) not in made]
 
 
+def _as_opened(h: FileHit) -> str:
+    """The path as the process named it, and what it is when that differs (a path through
+    /proc/<pid>/root is judged as the file it reaches)."""
+    named = h.event.path.rstrip("/") or "/"
+    return h.path if named == h.path else f"{named} (that is {h.path})"
+
+
 def sensitive_file_read(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
@@ -142,7 +149,7 @@ def sensitive_file_read(
     ]
     made = made_here(ctx, view, hits) if hits else set()
     ev_lines = [
-        f"{label(h.proc)} opened {h.path} {describe(h.event)}"
+        f"{label(h.proc)} opened {_as_opened(h)} {describe(h.event)}"
         for h in hits
         if id(h.event) not in made
     ]

@@ -82,7 +82,8 @@ def test_a_proc_walker_reading_its_own_sandbox_processes_is_not_a_secret_read() 
     # a path *through* a process (its root) reaches a file, classified as that file
     tree.processes[-1].files.append(opened("/proc/1/root/home/mtguard/.ssh/id_ed25519"))
     [v] = run(sensitive_file_read, ctx, tree)
-    assert v.evidence == [f"pid 42 /usr/bin/ps opened /proc/1/root{HOME}/.ssh/id_ed25519 (read)"]
+    assert v.evidence == [f"pid 42 /usr/bin/ps opened /proc/1/root{HOME}/.ssh/id_ed25519 (that is "
+                          f"{HOME}/.ssh/id_ed25519) (read)"]
     # the pre-audit still judges a call that asks for the server's environment
     asked = ctx_for("read_file", {"path": "/proc/self/environ"})
     assert [v.rule for v in sensitive_file_arg(asked, POLICY)] == ["sensitive-file-arg"]
