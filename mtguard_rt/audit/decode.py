@@ -18,6 +18,8 @@ import re
 from functools import lru_cache
 from urllib.parse import unquote
 
+from .text import printable
+
 MAX_VIEW_CHARS = 1 << 20  # per text: views and known values are looked for in its first 1 MB
 MIN_PART = 12  # shortest part of a known value that counts as carrying it
 MAX_PART_CHARS = 64 * 1024  # ... looked for in a text's first 64 KB (whole values: 1 MB)
@@ -48,15 +50,6 @@ def _escapes(rx: re.Pattern[str], text: str) -> bool:
     return sum(1 for _ in zip(range(MIN_ESCAPES), it, strict=False)) >= MIN_ESCAPES
 
 
-def _printable(data: bytes) -> str | None:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    good = sum(1 for c in text if c.isprintable() or c in "\n\t\r")
-    return text if text and good / len(text) > 0.9 else None
-
-
 def _mime_base64(text: str) -> str | None:
     """The decoded text of every line-broken base64 block that decodes to readable text."""
     out = []
@@ -66,7 +59,7 @@ def _mime_base64(text: str) -> str | None:
             data = base64.b64decode(joined + "=" * (-len(joined) % 4), validate=True)
         except (binascii.Error, ValueError):
             continue
-        if (decoded := _printable(data)) is not None:
+        if (decoded := printable(data)) is not None:
             out.append(decoded)
     return "\n".join(out) or None
 
@@ -96,7 +89,7 @@ def _haystacks(text: str) -> tuple[str, str, str]:
     return head, head.lower(), _SQUEEZE.sub("", head)
 
 
-def _b64_forms(value: str) -> list[str]:
+def b64_forms(value: str) -> list[str]:
     """Substrings that any base64 encoding of `value` contains, whatever its offset."""
     data = value.encode()
     forms = []
@@ -113,7 +106,7 @@ def _form_of(text: str, value: str, b64: bool = True) -> str | None:
     head, lower, squeezed = _haystacks(text)
     if value in head:
         return "plain"
-    forms = _b64_forms(value) if b64 else []
+    forms = b64_forms(value) if b64 else []
     if any(f in head for f in forms):
         return "base64"
     if value.encode().hex() in lower:

@@ -16,7 +16,6 @@ bounded by `MAX_SCAN_CHARS` per text (`decode.MAX_VIEW_CHARS` for the views).
 
 from __future__ import annotations
 
-import base64
 import itertools
 import math
 import re
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .decode import find_known, rot13, views
+from .decode import b64_forms, find_known, rot13, views
 from .secret_formats import FORMATS, MAX_ANCHORS, at_anchors
 from .text import decoded_variants, iter_strings, leaf_key
 
@@ -285,17 +284,6 @@ def find_secrets(text: str) -> tuple[Finding, ...]:
     if len(found) < MAX_FINDINGS:
         found += _split(text[:MAX_DECODE_CHARS], (f.value for f in found))
     return tuple(found[:MAX_FINDINGS])
-
-
-def b64_forms(value: str) -> list[str]:
-    """Substrings that any base64 encoding of `value` contains, whatever its offset."""
-    data = value.encode()
-    forms = []
-    for pad in range(3):
-        enc = base64.b64encode(b"\0" * pad + data).decode()
-        start = (pad * 4 + 2) // 3 + 1
-        forms.append(enc[start : len(enc) - 4])
-    return [f for f in forms if len(f) >= 8]
 
 
 def carries(text: str, value: str) -> str | None:

@@ -47,7 +47,7 @@ def leaf_key(path: str) -> str:
     return re.sub(r"\[\d+\]$", "", path).rsplit(".", 1)[-1]
 
 
-def _printable(data: bytes) -> str | None:
+def printable(data: bytes) -> str | None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -68,7 +68,7 @@ def decoded_variants(text: str, min_length: int = 16) -> list[tuple[str, str]]:
             data = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
         except (binascii.Error, ValueError):
             continue
-        if (decoded := _printable(data)) is not None:
+        if (decoded := printable(data)) is not None:
             out.append(("base64", decoded))
     runs = [m.group(0) for m in _HEX_RUN.finditer(text)]
     if "\\x" in text:
@@ -76,7 +76,7 @@ def decoded_variants(text: str, min_length: int = 16) -> list[tuple[str, str]]:
     for run in runs:
         if len(run) < min_length or len(run) % 2:
             continue
-        if (decoded := _printable(bytes.fromhex(run))) is not None:
+        if (decoded := printable(bytes.fromhex(run))) is not None:
             out.append(("hex", decoded))
     return out
 
