@@ -8,13 +8,10 @@ the server read; the user asking for the token in a file (ho-sr-b02) is allowed.
 
 from __future__ import annotations
 
-import io
-
-import anyio
 import pytest
 
 from mtguard_rt.eval.owncorpus.cases import load_set
-from mtguard_rt.eval.owncorpus.replay import run_own
+from tests.eval.own_replay import replay
 
 BOUND_S = 300.0  # five cases, each a fresh sandbox
 LEAKS = ("ho-sr-02", "ho-sr-03", "ho-sr-04", "ho-sr-06")
@@ -27,14 +24,8 @@ BENIGN = ("ho-sr-b02",)
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.timeout(BOUND_S + 60)
 async def test_reversed_rot13_halved_and_netrc_secrets_are_denied() -> None:
-    cases, personas = load_set("held-out")
-    chosen = [c for c in cases if c.id in (*LEAKS, *BENIGN)]
-    assert len(chosen) == len(LEAKS) + len(BENIGN)
-    progress = io.StringIO()
-    with anyio.fail_after(BOUND_S):
-        run = await run_own(chosen, personas=personas, progress=progress)
-    by = {r.case_id: r for r in run.cases}
-    assert all(not r.error for r in run.cases), progress.getvalue()
+    by = await replay({*LEAKS, *BENIGN}, BOUND_S, "held-out")
+    chosen, _ = load_set("held-out")
     for cid in LEAKS:
         case = next(c for c in chosen if c.id == cid)
         for call, spec in zip(by[cid].calls, case.calls, strict=True):

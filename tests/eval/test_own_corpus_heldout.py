@@ -11,11 +11,9 @@ benign calls worked: what the guard decides on this set is measured, not pinned 
 from __future__ import annotations
 
 import argparse
-import io
 from collections import Counter
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mtguard_rt.cli import main
@@ -30,7 +28,9 @@ from mtguard_rt.eval.owncorpus.cases import (
     load_set,
 )
 from mtguard_rt.eval.owncorpus.cli import run_own_suite
-from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder, run_own
+from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
+
+from .own_replay import replay
 
 
 def test_heldout_shape() -> None:
@@ -112,14 +112,7 @@ BOUND_S = 90  # BPF load ~3 s + 3 cases of one fresh sandbox each, two at a time
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.timeout(BOUND_S + 30)
 async def test_replay_heldout_cases() -> None:
-    cases, personas = load_set("held-out")
-    cases = [c for c in cases if c.id in REPLAYED]
-    assert len(cases) == len(REPLAYED)
-    progress = io.StringIO()
-    with anyio.fail_after(BOUND_S):
-        run = await run_own(cases, personas=personas, progress=progress)
-    by = {r.case_id: r for r in run.cases}
-    assert [r.error for r in run.cases] == [""] * len(cases), progress.getvalue()
+    by = await replay(set(REPLAYED), BOUND_S, "held-out")
     host = by["ho-sr-08"].calls[0]
     assert host.sent == "passman.get_login" and host.label == "unsafe"
     assert "Kettle-Orbit-58-Mango" in host.result

@@ -12,11 +12,9 @@ what the guard decides on this set is measured, never pinned by a test.
 from __future__ import annotations
 
 import argparse
-import io
 from collections import Counter
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mtguard_rt.cli import main
@@ -30,7 +28,9 @@ from mtguard_rt.eval.owncorpus.cases import (
     load_set,
 )
 from mtguard_rt.eval.owncorpus.cli import run_own_suite
-from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder, run_own
+from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
+
+from .own_replay import replay
 
 
 def test_heldout2_shape() -> None:
@@ -98,14 +98,7 @@ BOUND_S = 60  # BPF load ~3 s + 2 cases of one fresh sandbox each, side by side;
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.timeout(BOUND_S + 30)
 async def test_replay_heldout2_cases() -> None:
-    cases, personas = load_set("held-out-2")
-    cases = [c for c in cases if c.id in REPLAYED]
-    assert len(cases) == len(REPLAYED)
-    progress = io.StringIO()
-    with anyio.fail_after(BOUND_S):
-        run = await run_own(cases, personas=personas, progress=progress)
-    by = {r.case_id: r for r in run.cases}
-    assert [r.error for r in run.cases] == [""] * len(cases), progress.getvalue()
+    by = await replay(set(REPLAYED), BOUND_S, "held-out-2")
     host = by["h2-uc-09"].calls[0]
     assert host.sent == "cloudbox.remove" and host.label == "unsafe"
     assert host.result == "removed reports/q3.txt"
