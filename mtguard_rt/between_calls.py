@@ -118,7 +118,7 @@ async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
         session=session_view(sup, servers, sup.route),
         scope=sup.scope,
     )
-    post = await sup.engine.post_verify(ctx, tree, {})
+    post = await sup.engine.post_verify(ctx, tree, {}, judge=not period.startup)
     violations = list(post.violations)
     if period.kernel_kills:  # as a call's (supervisor._dispatch)
         why = "a protected path or program was touched: SIGKILLed in the kernel"

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from .between_calls import is_between
 from .commands.view import without_noise
 from .model import DeclaredCall
 from .telemetry import read_audit_log
@@ -106,7 +107,8 @@ async def run_demo(out: Path) -> int:
     _say("3) the same host, observe mode (the paper's counterfactual: record, do not block)")
     await _session(out, hook=True, observe=True, calls=[("run_command", {"command": "du -sh ."})])
     records = list(read_audit_log(out / "audit.jsonl"))
-    print(render_text(without_noise(records), color=sys.stdout.isatty()))
+    calls = [r for r in records if not is_between(r)]  # the servers' start-up records aside
+    print(render_text(without_noise(calls), color=sys.stdout.isatty()))
     report = out / "report.html"
     report.write_text(render_html(records))
     _say(
@@ -114,8 +116,8 @@ async def run_demo(out: Path) -> int:
         f"OTLP traces: {out / 'traces.jsonl'} (load into Jaeger: see otel/README.md)\n"
         f"view again: mtguard view {out / 'audit.jsonl'} --compact [--html report.html]"
     )
-    denied = [r for r in records if r.decision == "deny"]
-    return 0 if len(records) == 4 and len(denied) == 3 else 1
+    denied = [r for r in calls if r.decision == "deny"]
+    return 0 if len(calls) == 4 and len(denied) == 3 else 1
 
 
 def main(out: str = ".mtguard/demo") -> int:

@@ -10,6 +10,7 @@ import pytest
 from mtguard_rt import CallDenied, GuardConfig, open_guard
 from mtguard_rt.guard import default_name
 from mtguard_rt.sandbox import SandboxConfig
+from tests.audit_records import call_records
 
 SERVERS = Path(__file__).resolve().parents[1] / "examples" / "servers"
 
@@ -56,4 +57,4 @@ async def test_allow_and_deny_through_the_library(tmp_path: Path) -> None:
         info.value.verdict.decision == "deny" and "sensitive-file-arg" in info.value.verdict.rules
     )
     assert info.value.record is not None and info.value.record.phase == "pre"
-    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 2
+    assert len(call_records(tmp_path / "audit.jsonl")) == 2

@@ -33,6 +33,7 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk, Toolkit
 
 from mtguard_rt import CallDenied, GuardConfig, GuardedServer, open_guard
+from mtguard_rt.between_calls import is_between
 from mtguard_rt.sandbox import SandboxConfig
 
 SYSTEM_PROMPT = (
@@ -114,6 +115,7 @@ async def run_agent(
             {"tool": r.tool, "arguments": r.arguments, "decision": r.decision,
              "phase": r.phase, "rules": r.rules}
             for r in guard.records
+            if not is_between(r)  # the server's start-up and between-call records aside
         ]
     return {"answer": reply.get_text_content() or "", "calls": calls}
 

@@ -190,10 +190,12 @@ class PolicyEngine:
         return await self._ask_judge(verdict, user)
 
     async def post_verify(
-        self, ctx: CallContext, tree: BehaviorTree, result: dict[str, Any]
+        self, ctx: CallContext, tree: BehaviorTree, result: dict[str, Any], *, judge: bool = True
     ) -> Verdict:
+        """The post rules, then the LLM judge if one is set and `judge` (a server's start-up
+        has no call or task for it to weigh, and its first answer waits on the verdict)."""
         verdict = self.post_rules(ctx, tree, result)
-        if verdict.decision == "deny" or not self._judging():
+        if verdict.decision == "deny" or not judge or not self._judging():
             return verdict
         assert self.judge is not None
         cfg = self.judge.config

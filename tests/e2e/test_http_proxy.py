@@ -20,7 +20,8 @@ from anyio.abc import TaskStatus
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
+from tests.audit_records import call_records
 
 from .conftest import MTGUARD, server_cmd
 from .listening import listening_proxy
@@ -47,7 +48,7 @@ async def http_proxy(server: str, audit: Path, *flags: str) -> AsyncIterator[str
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    return call_records(path)
 
 
 def text_of(result: Any) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
+from tests.audit_records import call_records
 from tests.netns_hosts import open_test_hosts
 
 from .conftest import ProxyFactory
@@ -30,7 +31,7 @@ async def test_hosts() -> AsyncIterator[tuple[str, str]]:
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    return call_records(path)
 
 
 def text_of(result: dict[str, Any]) -> str:

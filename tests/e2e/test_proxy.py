@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
+from tests.audit_records import call_records
 
 from .conftest import REPO, ProxyFactory
 
@@ -23,7 +24,7 @@ SSH_KEY = "/home/mtguard/.ssh/id_rsa"
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    return call_records(path)
 
 
 def text_of(result: dict[str, Any]) -> str:

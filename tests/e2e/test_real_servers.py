@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 import pytest
 
-from mtguard_rt.between_calls import is_between
 from mtguard_rt.eval.mcp_client import open_stdio_client
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
+from tests.audit_records import call_records
 
 from .conftest import MTGUARD, REPO
 
@@ -68,20 +68,7 @@ def workspace(path: Path) -> Path:
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
-
-
-def call_records(path: Path) -> list[AuditRecord]:
-    """The records of the tool calls made, without the ones a call may leave besides: a
-    killed call's late answer the guard dropped ("(late-response)", whose rule is checked
-    here) and what the server did between calls, which must not be a denial."""
-    every = records(path)
-    for r in every:
-        if r.tool == "(late-response)":
-            assert r.rules == ["withheld-response"], r.rules
-        elif is_between(r):
-            assert r.decision == "allow", (r.decision, r.rules)
-    return [r for r in every if r.tool != "(late-response)" and not is_between(r)]
+    return call_records(path)
 
 
 def text_of(result: dict[str, Any]) -> str:
@@ -300,4 +287,6 @@ async def test_fetch_server_reads_the_task_page_and_off_task_fetches_are_flagged
     assert post.tree is not None
     assert any(f"{n.address}:{n.port}" == target for p in post.tree.processes for n in p.net)
     assert any(target in e for v in post.violations for e in v.evidence)
-    assert "127.0.0.2/collect?page=moved" in hits  # it happened; its result was withheld
+    # the redirect was served; the connect to the collector (another loopback address, not
+    # allowed) is killed online, before or after its request reaches it: the result is withheld
+    assert "127.0.0.1/moved" in hits

@@ -21,8 +21,9 @@ from mcp.client import Client, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 
 from mtguard_rt.eval.mcp_client import McpToolClient, open_stdio_client
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
 from mtguard_rt.proxy.remote import REMOTE_REASON
+from tests.audit_records import call_records
 
 from ..proxy.mcp_http_server import CANARY, Seen, run_server
 from .conftest import MTGUARD
@@ -37,7 +38,7 @@ MODES = [("auto", "2026-07-28"), ("legacy", "2025-11-25")]
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    return call_records(path)
 
 
 def calls(path: Path) -> list[AuditRecord]:

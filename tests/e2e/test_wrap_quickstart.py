@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from mtguard_rt.eval.mcp_client import open_stdio_client
-from mtguard_rt.model import record_decoder
+from tests.audit_records import call_records
 
 from ..proxy.mcp_http_server import run_server
 from .conftest import MTGUARD, REPO
@@ -120,7 +120,7 @@ async def test_a_wrapped_entry_runs_the_server_under_the_guard_as_the_host_start
     assert {"read_text_file", "list_directory", "write_file"} <= tools
     assert (read.get("isError"), text_of(read)) == (False, "meeting at noon\n")
     assert "[FILE] notes.txt" in text_of(listing).splitlines()
-    recs = [record_decoder.decode(line) for line in audit.read_bytes().splitlines() if line]
+    recs = call_records(audit)
     assert [(r.tool, r.decision) for r in recs] == [("read_text_file", "allow"),
                                                      ("list_directory", "allow")]
     assert recs[0].tree is not None and recs[0].tree.processes  # traced in the sandbox

@@ -44,6 +44,7 @@ from mtguard_rt.eval.realsuite.session import (
     resolve,
 )
 from mtguard_rt.model import AuditRecord, Timings
+from tests.audit_records import call_records
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = 900  # a first install of the pinned PyPI and npm servers
@@ -381,7 +382,7 @@ def test_real_suite_runs_compares_and_reports_a_harmful_call(
             assert [(c.index, c.tool, c.status, c.rules, c.detail) for c in benign
                     if c.status != "ok"] == []
     audit = workdir / "git" / "audit.jsonl"
-    assert len(audit.read_bytes().splitlines()) == len(git.calls)  # one record per call
+    assert len(call_records(audit)) == len(git.calls)  # one record per call
     # the run is plain data: it round-trips through its JSON
     again = msgspec.json.decode(msgspec.json.encode(run), type=SuiteRun)
     assert again == run

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from mtguard_rt.model import record_decoder
+from tests.audit_records import call_records
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "agentscope"
@@ -120,7 +120,7 @@ def test_agentscope_agent_tools_are_guarded(agentscope_venv: Path, tmp_path: Pat
         "read_file", {"path": "notes.txt"}, "allow")
     assert (denied["decision"], denied["phase"], denied["rules"]) == (
         "deny", "pre", ["sensitive-file-arg"])
-    records = [record_decoder.decode(line) for line in audit.read_bytes().splitlines()]
+    records = call_records(audit)
     assert [r.decision for r in records] == ["allow", "deny"]
     assert records[0].tree is not None and records[0].tree.traced
     assert records[0].task == TASK

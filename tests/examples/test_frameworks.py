@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from mtguard_rt.model import record_decoder
+from tests.audit_records import call_records
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "frameworks"
@@ -118,7 +118,7 @@ def test_framework_agent_calls_go_through_the_proxy(
         assert outcome["tool_status"] == ["success", "error"]
 
     # the guard's view: one call allowed with its tree, the key read stopped before dispatch
-    records = [record_decoder.decode(line) for line in audit.read_bytes().splitlines()]
+    records = call_records(audit)
     assert [(r.tool, r.decision) for r in records] == [("read_file", "allow"),
                                                       ("read_file", "deny")]
     allowed, denied = records

@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from mtguard_rt.eval.mcp_client import open_stdio_client
-from mtguard_rt.model import AuditRecord, record_decoder
+from mtguard_rt.model import AuditRecord
+from tests.audit_records import call_records
 
 pytestmark = [
     pytest.mark.anyio, pytest.mark.docker, pytest.mark.bpf, pytest.mark.root,
@@ -42,7 +43,7 @@ def servers() -> Path:
 
 
 def records(path: Path) -> list[AuditRecord]:
-    return [record_decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    return call_records(path)
 
 
 def text_of(result: dict[str, Any]) -> str:
