@@ -12,7 +12,6 @@ allows, and its calls run. The library guard (`guard.connect`, its own handshake
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,9 +21,9 @@ from typing import Any
 import anyio
 import pytest
 
-from .conftest import MTGUARD, REPO
+from .conftest import MTGUARD
 from .conftest import SERVERS as EXAMPLES
-from .test_withhold import SECRET, SERVERS, RawHost, handshake, tool_call
+from .test_withhold import SECRET, SERVERS, RawHost, handshake, raw_host, tool_call
 
 pytestmark = pytest.mark.anyio
 BOUND_S = 60
@@ -39,18 +38,8 @@ def anyio_backend() -> str:
 async def guarded(tmp_path: Path, server: list[str], *flags: str) -> AsyncIterator[RawHost]:
     cmd = [MTGUARD, "proxy", "--audit-log", str(tmp_path / "a.jsonl"), "--mount", str(SERVERS),
            "--mount", str(EXAMPLES), *flags, "--", *server]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    async with await anyio.open_process(cmd, stderr=None, env=env) as process:
-        host = RawHost(process)
-        try:
-            yield host
-        finally:
-            assert process.stdin is not None
-            await process.stdin.aclose()
-            with anyio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
+    async with raw_host(cmd) as host:
+        yield host
 
 
 def records(tmp_path: Path) -> list[dict[str, Any]]:

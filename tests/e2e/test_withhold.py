@@ -85,6 +85,14 @@ async def proxy(
     cmd = [MTGUARD, "proxy", "--config", str(config), "--audit-log", str(tmp_path / "a.jsonl"),
            "--mount", str(SERVERS), "--env", f"LEAK={leak}", "--env", f"READ_AT={read_at}",
            "--", *SERVER]
+    async with raw_host(cmd) as host:
+        yield host
+
+
+@asynccontextmanager
+async def raw_host(cmd: list[str]) -> AsyncIterator[RawHost]:
+    """`cmd` (an `mtguard proxy` command line) run as a subprocess, driven as a raw host;
+    its stdin closed at exit, then it is waited for (bounded) and killed if still running."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # for a dispatch hook in tests.e2e.hooks
     async with await anyio.open_process(cmd, stderr=None, env=env) as process:
         host = RawHost(process)
