@@ -85,7 +85,7 @@ static __always_inline void count_drop(u32 kind)
         __sync_fetch_and_add(c, 1);
 }
 
-/* Wakeups cost the traced task an irq_work each: high-volume kinds (open, close, dup)
+/* Wakeups cost the traced task an irq_work each: high-volume kinds (open, close, dup, memfd)
  * wake the reader only every MT_WAKE_EVERY-th record per CPU; every other kind forces a
  * wakeup (adaptive wakeups would be skipped behind unsignalled records), so a process
  * exit always reaches a settling window at once. Opens in an eager cgroup (value bit
@@ -94,7 +94,7 @@ static __always_inline void count_drop(u32 kind)
 static __always_inline u64 wake_flags(struct event *e)
 {
     u16 kind = e->kind;
-    if (kind != EV_OPEN && kind != EV_CLOSE && kind != EV_DUP)
+    if (kind != EV_OPEN && kind != EV_CLOSE && kind != EV_DUP && kind != EV_MEMFD)
         return BPF_RB_FORCE_WAKEUP;
     if (kind == EV_OPEN) { /* an eager cgroup (online rules) needs writes and protected
                             * paths at once; other reads keep the batched wakeups */
@@ -1437,6 +1437,29 @@ static __always_inline int dup_exit(long ret)
 TRACEPOINT_PROBE(syscalls, sys_exit_dup) { return dup_exit(args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_exit_dup2) { return dup_exit(args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_exit_dup3) { return dup_exit(args->ret); }
+
+/* memfd_create: the fd's name, so that an exec of it (fexecve) names the memfd even when the
+ * process is gone before user space can read /proc/<pid>/exe. str1 = the name as given. */
+TRACEPOINT_PROBE(syscalls, sys_enter_memfd_create)
+{
+    return enter6(EV_MEMFD, (u64)args->uname, args->flags, 0, 0, 0);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_memfd_create)
+{
+    struct pending p;
+    if (!take(EV_MEMFD, &p))
+        return 0;
+    if (args->ret < 0)
+        return 0;
+    struct event *e = new_event(EV_MEMFD);
+    if (!e)
+        return 0;
+    e->ret = args->ret;
+    e->a1 = p.a[1];
+    read_str1(e, (const char *)p.a[0]);
+    submit(e);
+    return 0;
+}
 
 /* ---- network ------------------------------------------------------------------ */
 

@@ -230,6 +230,8 @@ class TreeBuilder:
             proc.fs.closed(ev.a0)
         elif kind == Kind.DUP:
             proc.fs.duped(ev.a0, ev.ret)
+        elif kind == Kind.MEMFD:
+            proc.fs.opened(ev.ret, "/memfd:" + text(ev.s1), not ev.flags & F_TRUNC1)
         elif kind == Kind.EXEC:
             path, _ok = proc.fs.resolve(ev.a0, ev.s1, bool(ev.flags & F_TRUNC1))
             argv = [text(a) for a in ev.s2.split(b"\0")] if ev.a2 else []

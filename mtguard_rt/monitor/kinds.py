@@ -48,6 +48,9 @@ class Kind(enum.IntEnum):
     # count << 8 | first target's global tid << 32, addr the first SIG_TARGETS global tgids,
     # str1 the first target's comm (see monitor.bpf.c's signals block)
     SIGNAL = 25
+    # memfd_create: ret the new fd, a1 its flags, str1 its name as given (the fd table names
+    # it /memfd:<name>, as /proc does, so an exec of the fd names what ran)
+    MEMFD = 26
 
 
 EV_MAX = max(Kind) + 1

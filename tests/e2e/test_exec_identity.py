@@ -35,7 +35,7 @@ KEY = "/home/mtguard/.ssh/id_rsa"
 # what each technique really ran, as the evidence says it
 REALLY = {
     "plain": "",
-    "memfd": "no file on disk: fd:",
+    "memfd": "no file on disk: /memfd:helper",
     "fdpath": "no file on disk: /proc/self/fd/",
     "loader": "run by the dynamic loader /lib",
     "made": "/.glossary-helper was written in the sandbox during the session",

@@ -92,6 +92,21 @@ def test_fd_table_dup_close_and_unresolved_names() -> None:
     assert files[1].flags == ["write", "create", "truncate"] and files[1].mode == 0o644
 
 
+def test_an_exec_of_a_memfd_names_the_memfd_without_proc() -> None:
+    # fexecve of a memfd: the exec's name is empty, the fd table (memfd_create) names it, so
+    # the tree says what ran even when the process is gone before /proc could be read
+    b = seeded()
+    b.apply(ev(Kind.MEMFD, 10, 1100, s1=b"helper", ret=8))
+    b.apply(ev(Kind.FORK, 10, 1101, a0=11))
+    b.apply(ev(Kind.EXEC, 11, 1102, a0=8, s1=b"", s2=b"sh\0-c\0echo hi", a1=18, a2=3))
+    b.apply(ev(Kind.EXEC_RESULT, 11, 1103))
+    b.apply(ev(Kind.CLOSE, 10, 1104, a0=8))
+    b.apply(ev(Kind.EXEC, 10, 1105, a0=8, s1=b"", s2=b"sh", a1=2, a2=1))  # closed: unnamed
+    procs = b.build(1200, [], {}, 0).processes
+    assert procs[1].exe == "/memfd:helper" and procs[1].argv == ["sh", "-c", "echo hi"]
+    assert [x.path for x in procs[0].execs] == ["fd:8"]
+
+
 def test_open_flags() -> None:
     assert open_flags(0) == ["read"]
     assert open_flags(0o2 | 0o100) == ["read", "write", "create"]
