@@ -252,7 +252,9 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         cmd = guarded_command(session, guarded_values, ws, audit)
         # the guard's state (the server's persistent state and package overlay) fresh per
         # run too: a state left by an earlier suite run must not change this run's results
-        guard_env = {"XDG_STATE_HOME": str(root / "state")}
+        # and the guard from this checkout (the SDK's default environment drops PYTHONPATH:
+        # a run from a snapshot would otherwise guard with the editable install's code)
+        guard_env = {"XDG_STATE_HOME": str(root / "state"), "PYTHONPATH": str(REPO)}
         with (root / "guarded.stderr").open("w") as errlog:
             second = await _run_calls(session, cmd, guard_env, root, guarded_values, errlog)
     except Exception as exc:  # the SDK raises groups and its own errors on a dead server
