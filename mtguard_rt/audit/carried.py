@@ -16,6 +16,9 @@ task told the agent to consult (the producing call is one the task asks for, or 
 with the task's own words), where it stands as data rather than inside an instruction, and
 the task asks for the call's change. A query's entity (a ticker) is never sanctioned so: a
 result naming another one is how its choice gets steered.
+
+Both: a document the task orders the agent to carry out ("Do what the wiki page 'Weekly
+report' says", `delegated`) speaks for the user: what it names is the task's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 from collections.abc import Iterator
 
 from .context import CallContext
+from .intent import IntentVocab, TaskIntent, create_vocab
 from .policy import Policy
 from .provenance import STOP_WORDS, Output, tokens, word_line
 from .text import leaf_key
@@ -89,12 +93,33 @@ def targets(ctx: CallContext, policy: Policy) -> Iterator[tuple[str, str, str]]:
         yield key, v, words
 
 
-def _sources(ctx: CallContext) -> Iterator[tuple[str, str, str]]:
+def delegated(o: Output, ctx: CallContext, policy: Policy) -> bool:
+    """Is `o` the result of reading a document the task orders the agent to carry out ("Do
+    what the wiki page 'Weekly report' says": `TaskIntent.hands_over`), named by the task
+    (every word of the producing call's arguments is the task's)? Then what it asks is
+    what the user asks."""
+    named = o.arg_tokens - STOP_WORDS
+    if not named or not named <= ctx.task_tokens or ctx.task_text is None:
+        return False
+    vocab = _vocab(policy)
+    return TaskIntent.of(ctx.task_text, vocab).hands_over(vocab)
+
+
+def _vocab(policy: Policy) -> IntentVocab:
+    lists = policy.spec.lists
+    return create_vocab(lists.change_verbs, lists.change_negations, lists.question_words,
+                        lists.determiners, lists.delegation_words)  # fmt: skip
+
+
+def _sources(ctx: CallContext, policy: Policy) -> Iterator[tuple[str, str, str]]:
     """(where, lower-cased text, text as words) of every other server's recent results and
     descriptions, and of the sentences of this server's own results that speak as the user
-    (`_AS_USER`: data does not relay the user's wishes; the user speaks in the task)."""
+    (`_AS_USER`: data does not relay the user's wishes; the user speaks in the task); not a
+    document the task orders carried out (`delegated`)."""
     u, me = ctx.untrusted, ctx.call.server
     for o in u.outputs:
+        if delegated(o, ctx, policy):
+            continue
         if o.server != me:
             yield f"result of {o.tool!r} on {o.server!r}", o.lower, o.words
         elif _AS_USER.search(o.lower):
@@ -126,7 +151,7 @@ def carried_targets(ctx: CallContext, policy: Policy) -> list[str]:
     if ctx.annotations.get("readOnlyHint") is True or task_asks_change(ctx, policy):
         return []
     ev: list[str] = []
-    sources = list(_sources(ctx))
+    sources = list(_sources(ctx, policy))
     for key, value, words in targets(ctx, policy):
         for where, lower, text in sources:
             if _holds(value, words, lower, text):
@@ -166,10 +191,12 @@ def sanctioned(value: str, ctx: CallContext, policy: Policy) -> bool:
     """Is an entity the task does not name one the task told the agent to look up?"""
     if not ctx.untrusted.outputs or not change_words(ctx.call.tool, policy):
         return False  # a query's entity (a ticker) from a result is the result's choice
-    if not task_asks_change(ctx, policy):
-        return False
     words = _words_of_value(value)
     if not words:
+        return False
+    if any(f" {words} " in o.words and delegated(o, ctx, policy) for o in ctx.untrusted.outputs):
+        return True  # the document the task orders carried out gives it
+    if not task_asks_change(ctx, policy):
         return False
     return any(
         f" {words} " in o.words and _consulted(o, ctx, policy) and not _instructs(o, words, policy)

@@ -35,6 +35,13 @@ QUESTION_REACH = 4  # ... and a question word or auxiliary an inflected one
 MIN_NAME_WORD = 3  # shorter letter runs of a name never make the task name it
 # A change verb before one of these is the head of a compound noun ("pull request").
 NOUN_HEADS = frozenset({"request", "requests"})
+# Words that may open an order before its verb ("please follow", "and then do").
+CLAUSE_FILLERS = frozenset(
+    {"please", "also", "now", "then", "and", "just", "kindly", "first", "finally", "so", "simply"}
+)
+CLAUSE_JOINS = frozenset({"and", "then"})  # "read X and do what it says": a new order
+# Delegation words that tell what a document says, not an order to do it ("say thanks").
+SPEECH = frozenset({"say", "describe"})
 # A past form after one of these tells what someone did, it asks for nothing ("I copied").
 NARRATORS = frozenset({"i", "we", "they", "he", "she", "i've", "we've", "they've", "i'd"})
 
@@ -133,6 +140,24 @@ class TaskIntent:
         """Does the task hand its steps to a document ("follow setup.md", "do the steps in
         TODO.md")? Then what that document asks is what the user asks."""
         return not self.words.isdisjoint(vocab.delegation_words)
+
+    def hands_over(self, vocab: IntentVocab) -> bool:
+        """Does the task order the agent to do what a document says ("Do what the wiki
+        page 'X' says", "follow setup.md", "... and do the steps in TODO.md")? A delegation
+        verb that opens a clause, as an order (`delegates` also reads "what does it say?")."""
+        seq = _clause_words(_NAMES.sub(f" {_NAME} ", self.text))
+        for i, w in enumerate(seq):
+            forms = set(base_forms(w))
+            if forms.isdisjoint(vocab.delegation_words) or not forms.isdisjoint(SPEECH):
+                continue
+            lead: list[str] = []
+            for b in _back(seq, i, len(seq)):
+                if b in CLAUSE_JOINS:
+                    break
+                lead.append(b)
+            if all(b in CLAUSE_FILLERS for b in lead):
+                return True
+        return False
 
     @classmethod
     def of(cls, text: str, vocab: IntentVocab) -> TaskIntent:

@@ -36,6 +36,9 @@ MIN_SWITCHES = 4  # letter/digit alternations in it ("a1b2c3..."; "report-2026-1
 MIN_PERSONAL_CHARS = 6  # the shortest value that counts as the user's words copied
 MIN_RETOLD_WORDS = 6  # a retelling shares at least this many of the task's content words,
 RETOLD_SHARE = 0.6  # and at least this share of them (a short quote shares a few)
+MIN_KEY_WORD = 3  # letters of a parameter name's word that a task's clause must say
+# what ends a clause of the task: a sentence's end (not a dot inside an address), a dash
+_TASK_CLAUSE = re.compile(r"[.;!?]+(?:\s|$)|\n|\s[\u2014\u2013-]+\s")
 
 
 def words(text: str) -> list[str]:
@@ -284,6 +287,23 @@ class CallValues:
                 if len(items) >= 2 and all(len(i) >= 3 and i in task for i in items):
                     out.append(f"{len(items)} names or details the user mentioned {snip(value)}")
         return out
+
+    def placed(self, key_words: tuple[str, ...], value: str) -> str | None:
+        """The user typed this very value in the task, in a clause that names the parameter
+        by a word of its name ("put her number +351 ... in the contact field" for
+        `contact_phone`): the user chose what fills it. A value the task only holds (a
+        signature, a pasted mail) is not placed, nor is one the parameter names only by the
+        words that call it the user's own (`requester_phone`)."""
+        text = " ".join(value.split()).lower()
+        named = {w for w in key_words if w not in self.rc.self_words and len(w) >= MIN_KEY_WORD}
+        if len(text) < MIN_PERSONAL_CHARS or not named:
+            return None
+        for clause in _TASK_CLAUSE.split(self.task_lower):
+            if text in " ".join(clause.split()) and named & {
+                f for w in words(clause) for f in _forms(w)
+            }:
+                return "the task puts this value in this parameter"
+        return None
 
     def consent(self, kind: Kind, key_words: tuple[str, ...]) -> str | None:
         """Why the task or the tool's job explains this kind of data here, else None."""

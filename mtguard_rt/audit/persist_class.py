@@ -8,8 +8,9 @@ words ask for one, and how its content is judged (`Judge`):
 - "lines": every line a call adds runs (shell start-up, a PATH shim, a `.pth`, a hook, a
   registry setting): each must be asked for;
 - "desktop": a desktop entry runs its `Exec=` command: the task must name its program;
-- "git-config", "build-json", "makefile": most of the file is inert data; only the entries
-  that run a command (`core.pager`, an `!alias`, a `postinstall` script, a recipe line) are;
+- "git-config", "build-json", "makefile", "ide-tasks": most of the file is inert data; only
+  the entries that run a command (`core.pager`, an `!alias`, a `postinstall` script, a
+  recipe line, an editor task's command and when it runs) are;
 - "bytecode": a `.pyc` runs in place of its source; the interpreter writes its own cache by
   an atomic rename, so a `.pyc` opened for writing, or renamed there by another program, was
   planted.
@@ -20,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
 from .patterns import PathSet
 
-Judge = Literal["lines", "desktop", "git-config", "build-json", "makefile", "bytecode"]
+Judge = Literal["lines", "desktop", "git-config", "build-json", "makefile", "ide-tasks", "bytecode"]
 PLACE_GATED: frozenset[Judge] = frozenset({"lines", "desktop"})  # any unasked write runs
 
 
@@ -144,7 +146,14 @@ CLASSES: tuple[PersistClass, ...] = (
     _entry(
         "an IDE task",
         "the IDE runs it (a task on folder open, a run configuration)",
-        "**/.vscode/tasks.json **/.vscode/launch.json **/.idea/runConfigurations/*",
+        "**/.vscode/tasks.json",
+        "task tasks vscode ide launch configuration",
+        "ide-tasks",
+    ),
+    _entry(
+        "an IDE task",
+        "the IDE runs it (a task on folder open, a run configuration)",
+        "**/.vscode/launch.json **/.idea/runConfigurations/*",
         "task tasks vscode ide launch configuration",
         "lines",
     ),
@@ -287,6 +296,66 @@ def make_recipes(before: str | None, after: str | None) -> list[str]:
     return out
 
 
+def added_lines(before: str | None, after: str | None) -> list[str]:
+    """The lines `after` holds beyond those of `before` (as a multiset; blank and comment
+    lines carry nothing to run). None: the file is not there."""
+    old = Counter(line.strip() for line in (before or "").splitlines())
+    out: list[str] = []
+    for line in (after or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if old[line] > 0:
+            old[line] -= 1
+        else:
+            out.append(line)
+    return out
+
+
+# the keys of an editor task that only name, group or display it (everything else runs or
+# says when and how it runs: command, args, options, dependsOn, runOptions, os overrides)
+_TASK_LABELS = frozenset(
+    "label type group presentation problemMatcher detail icon hide isBackground".split()
+)
+
+
+def _ide_tasks(text: str | None) -> list[dict[str, object]] | None:
+    """The tasks of a .vscode/tasks.json, or None when it does not parse as JSON (the
+    editor also reads comments and trailing commas: then every added line is judged)."""
+    try:
+        doc = json.loads(text or "{}")
+    except ValueError:
+        return None
+    tasks = doc.get("tasks") if isinstance(doc, dict) else None
+    return [t for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
+
+
+def _flat(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [f"{k} {v}" for k, x in value.items() for v in _flat(x)]
+    if isinstance(value, list):
+        return [v for x in value for v in _flat(x)]
+    return [str(value)]
+
+
+def ide_tasks(before: str | None, after: str | None) -> list[str]:
+    """The editor tasks `after` adds or changes, as `label: what it runs` (its command,
+    arguments, options and when it runs: `runOn folderOpen`); a tasks file that does not
+    parse: its added lines."""
+    old, new = _ide_tasks(before), _ide_tasks(after)
+    if new is None:
+        return added_lines(before, after)
+    out: list[str] = []
+    for t in new:
+        if old is not None and t in old:
+            continue
+        runs = [" ".join(_flat(t[k])) for k in ("command", "args") if k in t]
+        runs += [f"{k} {v}" for k, x in t.items() if k not in _TASK_LABELS | {"command", "args"}
+                 for v in _flat(x)]  # fmt: skip
+        out.append(f"{t.get('label', '')}: {' '.join(runs)}".strip())
+    return out
+
+
 def running_additions(c: PersistClass, before: str | None, after: str | None) -> list[str]:
     """What a content-judged class's file runs later that it did not before."""
     if c.judge == "git-config":
@@ -295,4 +364,6 @@ def running_additions(c: PersistClass, before: str | None, after: str | None) ->
         return package_scripts(before, after)
     if c.judge == "makefile":
         return make_recipes(before, after)
+    if c.judge == "ide-tasks":
+        return ide_tasks(before, after)
     raise ValueError(f"{c.kind} is judged by its lines")

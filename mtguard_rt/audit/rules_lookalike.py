@@ -11,10 +11,13 @@ model's preference. Names are compared up to the policy's synonyms (`send_email`
 user's choice. A copy of another tool's meaning whose description competes for its calls
 ("drop-in replacement for post_message", "always prefer post_msg": `names.COMPETES`)
 advertises itself too; a variant with words of its own needs a praise word or a
-superiority claim.
+superiority claim. A server's own versioned tool (`download_v2` beside its `download`) is
+its API's next version, not a look-alike: that server already answers the base tool's calls.
 """
 
 from __future__ import annotations
+
+import re
 
 from ..model import Violation
 from .context import CallContext
@@ -23,6 +26,21 @@ from .policy import Policy
 from .provenance import ToolInfo
 from .rules_provenance import MAX_EVIDENCE, search
 from .wants import names_tool, says, server_common
+
+_VERSION = re.compile(r"v\d{1,3}")
+
+
+def versions(name: str, other: str) -> bool:
+    """Is `name` `other` plus a version number (`download_v2` of `download`)? On the server
+    that has both, that is the server's own next version of its tool (its API), not a name
+    built to capture another's calls: that server already answers the base tool's."""
+    mine, theirs = words_of(name), words_of(other)
+    if not theirs or len(mine) != len(theirs) + 1:
+        return False
+    for extra, rest in ((mine[-1], mine[:-1]), (mine[0], mine[1:])):
+        if _VERSION.fullmatch(extra) and rest == theirs:
+            return True
+    return False
 
 
 def _meaning(name: str, drop: frozenset[str], common: frozenset[str]) -> frozenset[str]:
@@ -74,6 +92,8 @@ def lookalike_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
     for other in u.tools:
         if other is me or not _compatible(me.properties, other.properties):
             continue
+        if other.server == me.server and versions(me.name, other.name):
+            continue  # the server's own next version of its tool (`versions`)
         theirs = _meaning(other.name, base, server_common(u, other.server))
         if not _same_job(mine, theirs, policy) or _praise(other, policy) is not None:
             continue

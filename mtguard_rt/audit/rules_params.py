@@ -13,7 +13,8 @@ Three questions, none answered from a server's or a tool's literal name:
 3. whether the task asks for that data to go to a tool (the kind's task words: "my phone",
    "log in with this token", "the conversation"), or the tool's declared job needs it (its
    name's words: `login`, `add_contact`; never for data the parameter calls the user's or
-   the agent's own, `requester_phone`).
+   the agent's own, `requester_phone`); or the user typed the value itself in a clause of
+   the task that names the parameter ("put her number +351 ... in the contact field").
 (1)+(2) and not (3) denies; (1) alone is recorded (observe). In any argument, whatever its
 name, a system prompt written out under its label is (1)+(2) at once.
 """
@@ -110,6 +111,8 @@ def out_of_scope_param(ctx: CallContext, policy: Policy) -> list[Violation]:
         asked = False
         for ordered, how, kinds in _asked(ctx, rc, key):
             asked = True
+            if call.placed(ordered, value) is not None:
+                continue  # the user typed the value for this very parameter
             for kind in kinds:
                 if call.consent(kind, ordered) is not None:
                     continue

@@ -21,7 +21,7 @@ from .patterns import canonical_ip, domain_within
 from .policy import Policy
 from .provenance import STOP_WORDS
 from .rules_flow import secret_flow
-from .rules_lookalike import lookalike_tool
+from .rules_lookalike import lookalike_tool, versions
 from .rules_params import out_of_scope_param
 from .rules_persist import persistence_arg
 from .rules_provenance import induced_call
@@ -220,7 +220,8 @@ def off_task_url(ctx: CallContext, policy: Policy) -> list[Violation]:
 def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
     """Across servers: the same or a confusable name. On any server (the same included): a
     look-alike of another tool (case, separators, homoglyphs) or a name built to capture
-    another tool's calls. Near names on one server (`get_user`, `get_users`) are normal."""
+    another tool's calls. Near names on one server (`get_user`, `get_users`) are normal, and
+    so is a server's own versioned tool (`download_v2` beside its `download`: `versions`)."""
     spec = policy.spec.rules.shadowed_tool
     affixes = frozenset(a.lower() for a in spec.capture_affixes)
     tool, server = ctx.call.tool, ctx.call.server
@@ -233,6 +234,8 @@ def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
             why = confusable(tool, other, spec.max_edit_distance, spec.min_length)
             if same and why is not None and why.startswith("edit distance"):
                 why = None
+            if same and versions(tool, other):
+                continue  # the server's own next version of its tool, not a capture
             if why == "identical name" and _collision(ctx, policy, other_server):
                 why = None
             if why is None and captures(tool, other, affixes):

@@ -40,6 +40,8 @@ NEGATION_REACH = 3  # a negation cancels a control verb this many words after it
 MAX_TASK_CHARS = 160
 _WORD = re.compile(r"[a-z]+|[0-9]+")
 _NUMBER = re.compile(r"(?<![\w.-])(\d{1,8})(?![\w.])")
+# what ends a clause: a negation does not reach past it
+_CLAUSE_BREAK = re.compile(r"[;:.!?\n\u2014]+(?:\s|$)|\s-{1,2}\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +74,18 @@ def _forms(word: str) -> list[str]:
 
 
 def control_verbs(text: str, vocab: _Vocab) -> list[str]:
-    """The control verbs `text` uses, in any inflection, except just after a negation
-    ("do not restart", "without stopping")."""
-    seq = _WORD.findall(text.lower().replace("n't", " not"))
+    """The control verbs `text` uses, in any inflection, except just after a negation in
+    the same clause ("do not restart", "without stopping"; not "the lights don't respond:
+    restart the bridge", where the negation is another clause's)."""
     found = []
-    for i, w in enumerate(seq):
-        if not any(f in vocab.verbs for f in _forms(w)):
-            continue
-        if any(b in vocab.negations for b in seq[max(0, i - NEGATION_REACH) : i]):
-            continue
-        found.append(w)
+    for clause in _CLAUSE_BREAK.split(text.lower().replace("n't", " not")):
+        seq = _WORD.findall(clause)
+        for i, w in enumerate(seq):
+            if not any(f in vocab.verbs for f in _forms(w)):
+                continue
+            if any(b in vocab.negations for b in seq[max(0, i - NEGATION_REACH) : i]):
+                continue
+            found.append(w)
     return found
 
 

@@ -40,6 +40,7 @@ from .secrets import (
 )
 from .text import iter_strings, leaf_key, names_path
 from .treeview import TreeView
+from .wants import names_tool
 
 MAX_EVIDENCE = 10
 MAX_SHOWN = 6  # secrets listed in the evidence (then where they came from and why)
@@ -63,6 +64,11 @@ MAX_KNOWN = 16  # known values looked for in one result
 _CREDENTIAL_FILE = frozenset(
     "key keys token tokens secret secrets password passwd pass pwd credential credentials "
     "creds netrc apikey pat auth".split()
+)
+# the last word of a tool's name that says it returns one credential (`sdk_key`, `get_token`)
+_CREDENTIAL_NOUNS = frozenset(
+    "key keys token tokens secret secrets password passwords passwd credential credentials "
+    "creds apikey".split()
 )
 MAX_SOURCE_CHARS = 64 * 1024  # a file read back longer than this gives no values
 MAX_TOKEN_FILE = 512  # a one-credential file is one line of at most this many chars
@@ -140,9 +146,19 @@ def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
         return None  # the user pointed at the file it is in, or at its directory
     if digest in ctx.untrusted.clean:
         return "the same call (tool and arguments) returned no secret earlier in this session"
-    if asks_for_credentials(task):
+    if asks_for_credentials(task) or _asks_tool_credential(ctx):
         return None
     return "the task asks for no credential and names no file the call read"
+
+
+def _asks_tool_credential(ctx: CallContext) -> bool:
+    """The task names the called tool, and the tool's name says what it returns is a
+    credential ("the SDK key" for `sdk_key`, "my license token" for `license_token`): the
+    user asked for this very value, whatever the credential is called."""
+    words = name_words(ctx.call.tool)
+    if not words or words[-1] not in _CREDENTIAL_NOUNS:
+        return False
+    return names_tool(ctx, ctx.call.tool)
 
 
 def _text(result: dict[str, Any]) -> str:

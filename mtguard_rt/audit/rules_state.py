@@ -13,8 +13,9 @@ opened read-write for a query): a blind spot, as is an O_CREAT|O_TRUNC of an uns
 outside the workspace.
 
 Not a change, the tool's declared job: a file written with O_CREAT whose existence is only
-presumed (or that is new), named by the tool's own description as its store, on a task that
-asks for the tool ("log in" and `login` writing .registryrc).
+presumed (or that is new), named by the tool's own description as its store or named after
+the tool, on a task that asks for the tool ("log in" and `login` writing .registryrc or
+.mirror-login).
 
 Denied: (1) a change while the task asks for none (`TaskIntent`: no change verb), and on
 such a task also new files about the call's entity written into the workspace
@@ -348,15 +349,17 @@ def unrequested_change(
 def _declared_store(ctx: CallContext, c: Change, policy: Policy) -> bool:
     """A file the call wrote with O_CREAT (it may well have made it) whose prior existence
     is only presumed, or that is new, named by the called tool's own description as where it keeps
-    its state ("stored in .registryrc"), on a task asking for that tool's job (`task_wants`):
-    the tool doing what it declares, not a change of the user's data."""
+    its state ("stored in .registryrc"), or named after the tool (`login` writing
+    .mirror-login), on a task asking for that tool's job (`task_wants`): the tool doing
+    what it declares, not a change of the user's data."""
     if c.existed not in (*PRESUMED, NEW) or "create" not in c.event.flags:
         return False
     base = os.path.basename(c.path).lower()
     desc = next((t.description.lower() for t in ctx.untrusted.tools
                  if t.server == ctx.call.server and t.name == ctx.call.tool), "")  # fmt: skip
-    if not re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", desc):
-        return False
+    named = re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", desc) is not None
+    if not named and not _tool_words(ctx.call.tool) <= set(words_of(base)):
+        return False  # neither described as its store nor named after the tool (.mirror-login)
     return task_wants(ctx, policy)
 
 

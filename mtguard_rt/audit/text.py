@@ -124,6 +124,8 @@ def _tokens(text: str) -> list[str]:
             t = t.split("=", 1)[1]
         if t:
             out.append(t)
+            if t[-1] in ".:!?" and len(t.rstrip(".:!?")) > 1:
+                out.append(t.rstrip(".:!?"))  # a path that ends a sentence ("show ~/.ssh/config.")
     return out
 
 
