@@ -5,6 +5,7 @@ counts both). Tags: `Q` a `Request` (guard -> agent), `R` its `Reply` (in order,
 request), `E` one `RawEvent` of a cgroup the connection watches, `M` a `CallReport` (guard ->
 agent, no reply: the figures the agent's metrics count). Events and replies share the
 connection in the agent's order, so a `sync` reply follows every event read before it.
+`session_*` requests (join, tools, call, read) reach the agent's `SessionStore`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     paths: dict[str, int] = msgspec.field(default_factory=dict)
     path: str = ""
     fds: list[tuple[int, int, int]] = msgspec.field(default_factory=list)  # pid, fd, stream
+    session: str = ""  # session_* requests: the session's name (agent/sessions.py)
+    value: Any = None  # session_* requests: what is published or read
 
 
 class CallReport(msgspec.Struct, kw_only=True, omit_defaults=True):

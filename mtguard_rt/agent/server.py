@@ -42,6 +42,7 @@ from .protocol import (
     report_decoder,
     request_decoder,
 )
+from .sessions import SessionStore
 
 CONSUME_BATCH = 2048  # records per event-loop turn, as in the in-process monitor
 MAX_BACKLOG = 64 << 20  # unsent bytes per connection (~200k events); more are counted lost
@@ -95,6 +96,7 @@ class Agent:
         self.connections_total = 0
         self.metrics = AgentMetrics()
         self.metrics_port: int | None = None
+        self.sessions = SessionStore()  # the guards' sessions (sessions.py), by uid and name
         self._dirty: set[Connection] = set()
         self._encode: Callable[[Any], bytes] = msgspec.msgpack.Encoder().encode
         self.stop = anyio.Event()
@@ -139,6 +141,7 @@ class Agent:
             "drops": self.program.drops(),
             "lost_by_connection": sum(c.lost for c in self.connections),
             "metrics_port": self.metrics_port,
+            "sessions": len(self.sessions),
             "peers": [
                 {"pid": c.pid, "uid": c.uid, "cgroups": sorted(c.cgroups), "events": c.events}
                 for c in sorted(self.connections, key=lambda c: c.pid)
@@ -175,6 +178,8 @@ class Agent:
             conn.cgroups.add(cg)
             p.add_cgroup(cg, eager=req.eager)
             return None
+        if op.startswith("session_"):  # only sessions of the peer's own uid (sessions.py)
+            return self.sessions.handle(conn, conn.uid, conn.pid, op, req.session, req.value)
         if op in ("remove_cgroup", "unprotect", "wire_forget") and self.owner.get(cg) is not conn:
             return None  # given back already (remove_cgroup forgets all three at once)
         self._owned(conn, cg)
@@ -227,6 +232,7 @@ class Agent:
                 _log.warning("connection of pid %d dropped: %r", pid, group.exceptions)
             finally:
                 self.connections.discard(conn)
+                self.sessions.leave(conn)  # its members stay, as history for the others
                 for cg in list(conn.cgroups):
                     self._release(conn, cg)
 

@@ -3,15 +3,17 @@ text stripped) and the recent calls across servers, each with what its server an
 
 `SessionLog` (one per supervisor) records each finished call and the result text the agent
 read, stamped from one process-wide sequence so that calls to different servers interleave
-in the order they happened. `session_view(own, servers, route)` gathers the tool listings
-and logs of every server `route` reaches into an immutable `SessionView`; `render_*` write
-it for the prompt, every result fenced as untrusted with the server it came from. Bounded:
+in the order they happened (wall-clock nanoseconds, strictly increasing: the agent's session
+merges several proxies' logs by it, agent/session_client.py). `session_view(own, servers,
+route)` gathers the tool listings and logs of every server `route` reaches into an
+immutable `SessionView`; `render_*` write it for the prompt, every result fenced as
+untrusted with the server it came from. Bounded:
 a log keeps `RECENT_CALLS` calls and each result's first `MAX_RESULT_CHARS`.
 """
 
 from __future__ import annotations
 
-import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,7 +31,14 @@ MAX_RESULT_CHARS = 1000  # of each recent result, in the log and the prompt
 MAX_REGISTRY_CHARS = 12000  # the registry in the prompt; the rest listed by name only
 MAX_ARGUMENT_CHARS = 600  # of each recent call's arguments in the prompt
 
-_sequence = itertools.count(1)  # one order for every server's calls in this process
+_last_seq = 0  # one order for every server's calls in this process, comparable across them
+
+
+def next_seq() -> int:
+    """The next call's place in the session: now in nanoseconds, after the last one."""
+    global _last_seq
+    _last_seq = max(_last_seq + 1, time.time_ns())
+    return _last_seq
 _json = msgspec.json.Encoder(order="sorted", enc_hook=repr)
 
 
@@ -91,7 +100,7 @@ class SessionLog:
         text = None if result is None else _clip(result_text(result), MAX_RESULT_CHARS)
         self.calls.append(
             SessionCall(
-                next(_sequence), call.server, call.tool, dict(call.arguments), decision, text
+                next_seq(), call.server, call.tool, dict(call.arguments), decision, text
             )
         )
 
