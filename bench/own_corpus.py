@@ -28,8 +28,10 @@ def _cell(r: dict[str, int]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "eval-out-own"), help="report folder")
-    ap.add_argument("--set", default="dev", choices=("dev", "held-out", "held-out-2", "all"),
-                    help="dev (default), held-out (written blind to the rules) or all")
+    ap.add_argument("--set", default="dev",
+                    choices=("dev", "held-out", "held-out-2", "held-out-3", "all"),
+                    help="dev (default), held-out, held-out-2, held-out-3 (written blind to the "
+                    "rules) or all")
     opts = ap.parse_args()
     print(f"machine: {machine()}, set {opts.set}", flush=True)
     cmd = [sys.executable, "-m", "mtguard_rt", "eval", "--suite", "own", "--set", opts.set,

@@ -1,9 +1,10 @@
 """The own corpus as data: server personas and cases, validated at load with file and case.
 
-Three sets: `dev` (cases/, servers.toml: the corpus the rules are written against), `held-out`
+Four sets: `dev` (cases/, servers.toml: the corpus the rules are written against), `held-out`
 (heldout/<class>.toml with heldout/servers.toml: other personas and payloads, written blind to
-the rules, run and never tuned for) and `held-out-2` (heldout2/: a second blind set, written
-after the first was spent on fixes); `load_set()` loads one or all. A persona (servers.toml)
+the rules, run and never tuned for), `held-out-2` (heldout2/: a second blind set, written
+after the first was spent on fixes) and `held-out-3` (heldout3/: a third, written blind while
+the second was being fixed); `load_set()` loads one or all. A persona (servers.toml)
 is a scripted server: its tools, schemas and real steps
 (examples/servers/attacks/scripted.py). A case (cases/<class>.toml) names its class, source
 (server, host, user, cross-server), label (attack or benign), the user's task, the personas it
@@ -31,7 +32,9 @@ HELDOUT_DIR = HERE / "heldout"
 HELDOUT_SERVERS = HELDOUT_DIR / "servers.toml"
 HELDOUT2_DIR = HERE / "heldout2"
 HELDOUT2_SERVERS = HELDOUT2_DIR / "servers.toml"
-SETS = ("dev", "held-out", "held-out-2", "all")
+HELDOUT3_DIR = HERE / "heldout3"
+HELDOUT3_SERVERS = HELDOUT3_DIR / "servers.toml"
+SETS = ("dev", "held-out", "held-out-2", "held-out-3", "all")
 Source = Literal["server", "host", "user", "cross-server"]
 SOURCES: tuple[Source, ...] = ("server", "host", "user", "cross-server")
 CLASSES = {
@@ -175,13 +178,15 @@ def load_cases(folder: Path = CASES_DIR, personas: dict[str, Persona] | None = N
 
 
 def load_set(name: str = "dev") -> tuple[list[Case], dict[str, Persona]]:
-    """The cases of a set and the personas they run on: `dev`, `held-out`, `held-out-2` or
-    `all` (every set; persona names and case ids must not collide between the sets)."""
+    """The cases of a set and the personas they run on: `dev`, `held-out`, `held-out-2`,
+    `held-out-3` or `all` (every set; persona names and case ids must not collide between
+    the sets)."""
     if name not in SETS:
         raise CorpusError(name, f"unknown set (known: {', '.join(SETS)})")
     parts = [(CASES_DIR, SERVERS_FILE)] if name in ("dev", "all") else []
     parts += [(HELDOUT_DIR, HELDOUT_SERVERS)] if name in ("held-out", "all") else []
     parts += [(HELDOUT2_DIR, HELDOUT2_SERVERS)] if name in ("held-out-2", "all") else []
+    parts += [(HELDOUT3_DIR, HELDOUT3_SERVERS)] if name in ("held-out-3", "all") else []
     personas: dict[str, Persona] = {}
     cases: list[Case] = []
     for folder, file in parts:
