@@ -18,6 +18,7 @@ from mtguard_rt.audit.rules_pre import shadowed_tool, task_entity_mismatch
 from mtguard_rt.audit.rules_process import _vocab, control_verbs
 from mtguard_rt.audit.rules_provenance import induced_call
 from mtguard_rt.audit.rules_secrets import secret_in_result
+from mtguard_rt.audit.text import names_path
 from mtguard_rt.audit.treeview import TreeView
 from mtguard_rt.model import BehaviorTree, Violation
 
@@ -229,3 +230,10 @@ def test_a_complaint_before_the_order_does_not_negate_it() -> None:
     assert control_verbs(task, vocab) == ["restart"]
     assert control_verbs("Check the bridge; don't restart it.", vocab) == []
     assert control_verbs("Do not stop or restart it.", vocab) == []
+
+
+def test_a_path_that_ends_a_sentence_is_named() -> None:
+    ssh = f"{HOME}/.ssh/config"
+    assert names_path(["Add a host, then show ~/.ssh/config."], ssh)
+    assert names_path(["Is it in notes/todo.txt?"], f"{WS}/notes/todo.txt")
+    assert not names_path(["Show ~/.ssh/config.d."], ssh)
