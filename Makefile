@@ -25,11 +25,13 @@ servers: venv
 demo: setup
 	@$(MTG) demo
 
-# --- agent-framework examples (examples/agentscope, examples/frameworks): their own pinned
-# venvs, .venv-agentscope and .venv-fw-*; only the tests need them, so only `make test` installs them.
+# --- agent-framework examples (examples/agentscope, examples/frameworks) and Arize Phoenix
+# (tests/telemetry/test_phoenix.py): their own pinned venvs, .venv-agentscope, .venv-fw-* and
+# .venv-phoenix; only the tests need them, so only `make test` installs them.
 examples: venv
 	@scripts/setup-examples.sh
 	@scripts/setup-frameworks.sh
+	@scripts/setup-phoenix.sh
 # --- end of agent-framework examples
 
 test: setup examples
@@ -45,4 +47,4 @@ lint: venv
 
 clean:
 	-$(MTG) sandbox prune
-	rm -rf $(VENV) .venv-agentscope .venv-fw-* .pytest_cache
+	rm -rf $(VENV) .venv-agentscope .venv-fw-* .venv-phoenix .pytest_cache

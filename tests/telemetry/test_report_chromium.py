@@ -57,7 +57,7 @@ PROBE = """<script>
 </script>"""
 
 
-def chromium(tmp: Path, *args: str) -> str:
+def chromium(tmp: Path, *args: str, timeout: float = CHROMIUM_TIMEOUT_S) -> str:
     """Run headless Chromium to completion; kill its whole process group whatever happens."""
     cmd = [
         "chromium", "--headless", "--no-sandbox", "--disable-gpu",
@@ -69,7 +69,7 @@ def chromium(tmp: Path, *args: str) -> str:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True
     )
     try:
-        out, _ = proc.communicate(timeout=CHROMIUM_TIMEOUT_S)
+        out, _ = proc.communicate(timeout=timeout)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # renderer/zygote children share the group
