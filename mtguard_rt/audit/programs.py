@@ -23,22 +23,23 @@ if TYPE_CHECKING:
     from .context import CallContext
     from .treeview import TreeView
 
-# /proc's start time (clock ticks since boot) against the tree's (ns): the same process
-# when within this (the monitor's window uses the same slack)
-START_SLACK_NS = 50_000_000
 _NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 MAX_ROOTS = 8  # live processes remembered to reach the sandbox's root through
 
 
 def alive_as(pid: int, start_ns: int) -> bool:
-    """The host process `pid` is still the one that started at `start_ns` (no pid reuse)."""
+    """The host process `pid` is still the one that started at `start_ns` (no pid reuse):
+    /proc's start (clock ticks since boot, suspend included) is fixed before the fork record
+    is taken, so it is no later than `start_ns` (a tick: the record clock's lag) however late
+    load made that record; a reused pid names a process that began after it."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
     except OSError:
         return False
     rest = raw[raw.rfind(b")") + 2 :].split()
-    return abs(int(rest[19]) * _NS_PER_TICK - start_ns) <= START_SLACK_NS
+    suspended = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    return int(rest[19]) * _NS_PER_TICK - suspended <= start_ns + _NS_PER_TICK
 
 
 def _written(ev: FileEvent) -> list[str]:

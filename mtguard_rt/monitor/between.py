@@ -89,9 +89,10 @@ class BetweenFeed:
         now = time.monotonic_ns()
         self._builder = TreeBuilder(self._call, now, lookup=read_process)
         if window is not None:
+            by = window._builder.call.call_id  # its spawned processes: workers of that call
             for proc in window._builder._order:
                 if proc.alive:
-                    self._builder.adopt(proc, spawned=proc.spawned)
+                    self._builder.adopt(proc, spawned=proc.spawned, by=by)
 
     def feed(self, ev: RawEvent) -> None:
         if not self.policy.enabled or ev.kind == K_STDIO:

@@ -135,6 +135,9 @@ class TreeBuilder:
         self._refusals: dict[tuple[int, str, int], NetEvent] = {}
         self._refused: list[NetEvent] = []  # unattributed refusals (inbound packets)
         self._signalled = False  # a signal was recorded: its target's program is final at build
+        # seeded processes whose parent is not seeded yet, by parent pid: a snapshot lists pids
+        # in order, and a child's pid is below its parent's once pids wrapped (pid_max)
+        self._orphans: dict[int, list[_Proc]] = {}
 
     # -- seeding ---------------------------------------------------------------
     def seed(self, sp: SeedProcess, learned: str = "seeded", spawned: bool = False) -> _Proc:
@@ -155,12 +158,19 @@ class TreeBuilder:
         proc = _Proc(node, FsState(sp.cwd, sp.fds), spawned)
         self._procs[sp.pid] = proc
         self._order.append(proc)
+        if learned == "seeded":  # one snapshot: parent and child are alive together
+            if parent is None and sp.ppid > 0:
+                self._orphans.setdefault(sp.ppid, []).append(proc)
+            for child in self._orphans.pop(sp.pid, ()):
+                child.node.parent = node.key
         return proc
 
-    def adopt(self, other: _Proc, spawned: bool = True) -> _Proc:
+    def adopt(self, other: _Proc, spawned: bool = True, by: str | None = None) -> _Proc:
         """Carry a live process of another window over (a worker a call left running): same
         identity and fd table, counted as spawned so its exit and descendants are followed
-        (`spawned=False`: the server's own, carried into a between-call period as seeded)."""
+        (`spawned=False`: the server's own, carried into a between-call period as seeded).
+        `started_by` stays the call that made it: `by` (the closed window's call) for a
+        process spawned during that window, else the one it was marked with."""
         n = other.node
         node = ProcessNode(
             key=n.key,
@@ -174,7 +184,7 @@ class TreeBuilder:
             uid=n.uid,
             start_ns=n.start_ns,
             learned="observed" if spawned else n.learned,
-            started_by=None if spawned else n.started_by,
+            started_by=n.started_by or (by if other.spawned else None),
         )
         proc = _Proc(node, other.fs.fork(), spawned=spawned)
         self._procs[n.pid] = proc
@@ -334,7 +344,7 @@ class TreeBuilder:
         ):
             # forked after the window opened but caught by the seeding snapshot: it is new
             node = existing.node
-            node.learned, node.start_ns = "observed", ev.ts_ns
+            node.learned, node.start_ns, node.started_by = "observed", ev.ts_ns, None
             node.key, node.parent, node.ppid = f"{child_pid}@{ev.ts_ns}", parent.node.key, ev.pid
             existing.spawned = True
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -63,6 +64,26 @@ def stat_fields(pid: int) -> tuple[int, int] | None:
         return None
     rest = raw[raw.rfind(b")") + 2 :].split()  # comm may hold spaces and ')'
     return int(rest[1]), int(rest[19]) * _NS_PER_TICK
+
+
+def boot_offset_ns() -> int:
+    """CLOCK_BOOTTIME minus CLOCK_MONOTONIC: how long the host was suspended. /proc's start
+    times count it; the monitor's records (bpf_ktime_get_ns) and windows do not."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+
+
+def start_as_seeded(pid: int, began_by_ns: int) -> int | None:
+    """The `start_ns` a snapshot will read for `pid`, if it is the process that began by
+    `began_by_ns` (monotonic, e.g. its fork record's time); None when it is gone or its pid
+    names a later process. A process's /proc start is fixed when it is created, before its
+    fork record, so this holds however late that record was taken (a loaded machine); a pid
+    reused since names a process that began after the old one ended."""
+    st = stat_fields(pid)
+    if st is None:
+        return None
+    if st[1] - boot_offset_ns() > began_by_ns + _NS_PER_TICK:  # a tick: the fast clock's lag
+        return None
+    return st[1]
 
 
 def read_process(pid: int, with_fds: bool = True) -> SeedProcess | None:

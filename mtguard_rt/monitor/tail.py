@@ -64,7 +64,7 @@ class Tail(Window):
             tail.feed.begin(window)
         for proc in window._builder._order:
             if proc.spawned and proc.alive:
-                tail._builder.adopt(proc)
+                tail._builder.adopt(proc, by=window._builder.call.call_id)
         return tail
 
     def stop(self) -> None:

@@ -33,7 +33,7 @@ from .builder import TreeBuilder
 from .decode import RawEvent, Recording
 from .kinds import IO_CAP, KILLED_OPS, WIRE_STDIN, Kind
 from .paths import text
-from .procfs import SeedProcess, read_process, snapshot
+from .procfs import SeedProcess, read_process, snapshot, start_as_seeded
 
 LIFECYCLE = frozenset({int(Kind.FORK), int(Kind.EXEC), int(Kind.EXEC_RESULT), int(Kind.EXIT)})
 # kinds whose built event is handed to the window's `on_event` hook, and the node list it is in
@@ -51,9 +51,6 @@ HOOKED = {
     int(Kind.NET_SENT): "net",  # the connect or send event it counted on (not always last)
 }
 K_STDIO = int(Kind.STDIO)  # and each whole tools/call request the server reads (its reader)
-# /proc's start time (clock ticks since boot) against a fork record's (monotonic ns): the same
-# process when within this (a tick is 10 ms; measured here: within 9 ms)
-START_SLACK_NS = 50_000_000
 BuiltEvent = FileEvent | ExecEvent | NetEvent | StdioMessage
 # Called synchronously on the event loop thread, once per hooked event as it is folded in
 # (so before the call's response): `(window, process, event)`. It must not raise.
@@ -124,26 +121,30 @@ class Window:
 
     # -- called by the monitor's dispatcher (event loop thread, synchronous) --------
     def _seed(self, made: dict[int, tuple[int, str]] | None = None) -> None:
-        """Seed the cgroup's live processes; `made`: pid -> (start_ns, call id) of processes
-        earlier calls of the watch spawned, to mark them `started_by` (same pid and start)."""
+        """Seed the cgroup's live processes; `made`: pid -> (start_ns as /proc gives it, call
+        id) of processes earlier calls of the watch spawned, to mark them `started_by` (same
+        pid and start: no slack against a fork record's time, which load can delay)."""
         for sp in snapshot(self.cgroup_path):
             proc = self._builder.seed(sp)
             was = made.get(sp.pid) if made else None
-            if was is not None and abs(sp.start_ns - was[0]) <= START_SLACK_NS:
+            if was is not None and sp.start_ns == was[0]:
                 proc.node.started_by = was[1]
             if self.raw_events is not None:
                 self.seeds.append(sp)
 
     def made(self, call_id: str) -> dict[int, tuple[int, str]]:
         """The live processes a call made, as `_seed` takes them: those spawned in this
-        window (`call_id`), and seeded ones an earlier call made (kept as they were marked)."""
+        window (`call_id`; their /proc start read now, one stat each), and seeded ones an
+        earlier call made (kept as they were marked)."""
         out: dict[int, tuple[int, str]] = {}
         for p in self._builder._order:
             if not p.alive:
                 continue
             node = p.node
             if p.spawned and node.learned == "observed":
-                out[node.pid] = (node.start_ns, node.started_by or call_id)
+                start = start_as_seeded(node.pid, node.start_ns)
+                if start is not None:  # else gone: no later snapshot holds it
+                    out[node.pid] = (start, node.started_by or call_id)
             elif node.started_by is not None:
                 out[node.pid] = (node.start_ns, node.started_by)
         return out
