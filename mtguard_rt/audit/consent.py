@@ -60,6 +60,8 @@ _WRITES = re.compile(
 _OPTION = re.compile(r"[\w.\-]+")
 _PATHLIKE = re.compile(r"(~|/)\S*")
 MIN_FIELD_VALUE = 2  # characters of an option argument's value that a line must hold
+MIN_FILE_WORD = 3  # letters of a task word that picks a file by the start of its name
+_LETTERS = re.compile(r"[a-z]+")
 _CONTENT_FLAGS = frozenset({"write", "create", "truncate", "append"})
 # the words of rc-file plumbing: definitions and the ways a shell appends a line
 RC_WORDS = frozenset(
@@ -147,13 +149,31 @@ class WriteConsent:
             return None
         if names_path([task], path):
             return "the task names it"
-        if self._elsewhere(path):
-            return None  # the call names its own target: that one, not this, is asked
         asked = self.ctx.task_tokens
         c = persist_class(path)
-        if c is not None and c.words & asked:
+        kind = c is not None and bool(c.words & asked)
+        if c is not None and kind and (own := self._file_word(path)):
+            return f"the task asks for {c.kind} and names its file ({own!r})"
+        if self._elsewhere(path):
+            return None  # the call names its own target: that one, not this, is asked
+        if c is not None and kind:
             return f"the task asks for {c.kind}"
         return None
+
+    def _file_word(self, path: str) -> str | None:
+        """The task's word that the file's name starts with ("zsh" for ~/.zshrc, "tmux" for
+        ~/.tmux.conf, not "bash" for ~/.zshrc): the task picks this file among its class
+        even when an argument is a path (a PATH entry the call writes into it)."""
+        runs = _LETTERS.findall(path.rsplit("/", 1)[-1].lower())
+        if not runs:
+            return None
+        head = runs[0]
+        return next(
+            (w for w in sorted(self.ctx.task_tokens)
+             if len(w) >= MIN_FILE_WORD and w.isalpha() and w not in STOP_WORDS
+             and head.startswith(w)),
+            None,
+        )  # fmt: skip
 
     def _elsewhere(self, path: str) -> bool:
         """Does an argument name another file (a bare absolute or home path)? Not one the

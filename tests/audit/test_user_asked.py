@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from mtguard_rt.audit import load_policy
+from mtguard_rt.audit.consent import WriteConsent
 from mtguard_rt.audit.context import CallContext
 from mtguard_rt.audit.persist_class import ide_tasks
 from mtguard_rt.audit.rules_files import persistence_write
@@ -150,6 +151,11 @@ def test_a_path_argument_written_into_the_rc_file_is_its_content_not_another_tar
     profile = f"{HOME}/.bash_profile"
     files = {ZSHRC: (None, line), profile: (None, 'export PATH="$HOME/.cache/.b:$PATH"\n')}
     assert "enforce" in modes(judge(PATH_TASK, "add_path", {"dir": "~/tools/bin"}, files))
+    # before the content is read back (online, the kernel's kill on write): the file the
+    # task picks by its shell's name may be written, another shell's profile or a shim not
+    online = WriteConsent(ctx_for("add_path", {"dir": "~/tools/bin"}, task=PATH_TASK), POLICY)
+    assert online.may_write(ZSHRC)
+    assert not online.may_write(profile) and not online.may_write(shim)
 
 
 TASKS = f"{WS}/.vscode/tasks.json"
