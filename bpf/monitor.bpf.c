@@ -966,11 +966,88 @@ static __always_inline int kill_on_touch(const char *name, u32 act_bit, u32 what
     return 1;
 }
 
+/* Kill on write in a persistence directory (the persistence CLASS of the sandbox home:
+ * PATH dirs, systemd and autostart dirs, fish conf.d, git hooks, user site-packages .pth):
+ * `pdirs` maps a directory prefix (with its trailing '/') per cgroup to ACT_* bits: kill
+ * (MT_ACT_KILL_WRITE), how deep a name may go (MT_ACT_ONE_LEVEL: a file directly in it,
+ * else any depth) and whether only `.pth` names count (MT_ACT_PTH). One LPM-trie lookup per
+ * writing open, rename, link or symlink onto a name, only in a cgroup with CG_PDIRS; the
+ * guard clears MT_ACT_KILL_WRITE for a call that has consent to write there and sets it
+ * back after. Same limits as kill_on_touch (the name as passed: relative and dirfd-relative
+ * names do not match); a name too long for the key is judged on its head (fails closed:
+ * killed when the head is in such a directory and shows no further '/').
+ * what: 1 open, 5 rename onto, 6 link onto. */
+struct pdir_key {
+    u32 prefixlen; /* bits of what follows: pad, cgroup id, path */
+    u32 pad;
+    u64 cgroup_id;
+    char path[MT_PDIR_PATH_MAX];
+};
+struct pdir_val {
+    u32 len; /* bytes of the directory prefix, its '/' included */
+    u32 act;
+};
+BPF_LPM_TRIE(pdirs, struct pdir_key, struct pdir_val, MT_MAX_PDIRS);
+BPF_PERCPU_ARRAY(pdir_buf, struct pdir_key, 1);
+
+static __always_inline int kill_in_pdir(const char *name, u32 what)
+{
+    u64 cg = bpf_get_current_cgroup_id();
+    u8 *mode = cgroups.lookup(&cg);
+    if (!mode || !(*mode & MT_CG_PDIRS))
+        return 0;
+    u32 zero = 0;
+    struct pdir_key *k = pdir_buf.lookup(&zero);
+    if (!k)
+        return 0;
+    __builtin_memset(k, 0, sizeof(*k));
+    long n = bpf_probe_read_user_str(k->path, sizeof(k->path), name);
+    if (n <= 1)
+        return 0;
+    k->prefixlen = (sizeof(*k) - sizeof(k->prefixlen)) * 8;
+    k->cgroup_id = cg;
+    struct pdir_val *v = pdirs.lookup(k);
+    if (!v || !(v->act & MT_ACT_KILL_WRITE))
+        return 0;
+    u32 off = v->len;
+    u32 end = n - 1; /* the name's length (or the head's, when cut) */
+    if (end <= off)
+        return 0; /* the directory itself */
+    int cut = n >= (long)sizeof(k->path); /* its end unseen: no more checks, killed */
+    u32 act = v->act;
+    if ((act & MT_ACT_PTH) && !cut) { /* re-read from the name: no bounds for the verifier */
+        u32 tail = 0;
+        bpf_probe_read_user(&tail, sizeof(tail), name + end - 4);
+        if (end < off + 4 || tail != ('.' | ('p' << 8) | ('t' << 16) | ('h' << 24)))
+            return 0;
+    }
+    if (act & MT_ACT_ONE_LEVEL) { /* the part past the directory, from the key's start */
+        if (bpf_probe_read_user_str(k->path, sizeof(k->path), name + off) <= 1)
+            return 0;
+        for (u32 i = 0; i < MT_PDIR_PATH_MAX; i++) {
+            char c = k->path[i];
+            if (c == 0)
+                break;
+            if (c == '/')
+                return 0; /* deeper than the directory's files */
+        }
+    }
+    bpf_send_signal(9);
+    struct event *e = new_event(EV_KILLED);
+    if (!e)
+        return 1;
+    e->a0 = what;
+    read_str1(e, name);
+    submit(e);
+    return 1;
+}
+
 /* rename family: the source, else the destination */
 static __always_inline void kill_on_rename(const char *oldname, const char *newname)
 {
-    if (!kill_on_touch(oldname, MT_ACT_KILL_MODIFY, 4))
-        kill_on_touch(newname, MT_ACT_KILL_MODIFY, 5);
+    if (!kill_on_touch(oldname, MT_ACT_KILL_MODIFY, 4) &&
+        !kill_on_touch(newname, MT_ACT_KILL_MODIFY, 5))
+        kill_in_pdir(newname, 5);
 }
 
 static __always_inline int on_exec(int dirfd, const char *filename, const char *const *argv)
@@ -1197,8 +1274,10 @@ static __always_inline int open_enter(int dfd, const char *name, u64 flags, u64 
     u64 oflags = flags;
     if (how) /* openat2: the flags are the first field of struct open_how */
         bpf_probe_read_user(&oflags, sizeof(oflags), (void *)how);
-    kill_on_touch(name, (oflags & MT_O_ANY_WRITE) ? (MT_ACT_KILL_OPEN | MT_ACT_KILL_WRITE)
-                                                  : MT_ACT_KILL_OPEN, 1);
+    if (!kill_on_touch(name, (oflags & MT_O_ANY_WRITE) ? (MT_ACT_KILL_OPEN | MT_ACT_KILL_WRITE)
+                                                       : MT_ACT_KILL_OPEN, 1) &&
+        (oflags & MT_O_ANY_WRITE))
+        kill_in_pdir(name, 1);
     return enter6(EV_OPEN, dfd, (u64)name, flags, mode, how);
 }
 
@@ -1377,18 +1456,22 @@ TRACEPOINT_PROBE(syscalls, sys_exit_renameat2) { return two_path_exit(EV_RENAME,
  * file of a hard link (EV_LINK, a1 its dirfd, a2 linkat's flags) */
 TRACEPOINT_PROBE(syscalls, sys_enter_symlink)
 {
+    kill_in_pdir(args->newname, 6);
     return enter6(EV_SYMLINK, AT_FDCWD_, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_symlinkat)
 {
+    kill_in_pdir(args->newname, 6);
     return enter6(EV_SYMLINK, args->newdfd, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_link)
 {
+    kill_in_pdir(args->newname, 6);
     return enter6(EV_LINK, AT_FDCWD_, (u64)args->newname, AT_FDCWD_, (u64)args->oldname, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_enter_linkat)
 {
+    kill_in_pdir(args->newname, 6);
     return enter6(EV_LINK, args->newdfd, (u64)args->newname, args->olddfd, (u64)args->oldname,
                   args->flags);
 }

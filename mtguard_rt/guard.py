@@ -28,6 +28,7 @@ from . import __version__
 from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
 from .audit.consent import kernel_write_paths
+from .audit.persist_dirs import kernel_write_dirs, kernel_write_files
 from .audit.scope import ServerScope
 from .between_calls import run_between
 from .config import GuardConfig
@@ -178,7 +179,9 @@ class Guard:
             acts[path] |= ACT_KILL_MODIFY if kill else 0
         if kill and canaries:  # our image: its home is HOME
             for path in self._kernel_writes():
-                acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_WRITE | ACT_KILL_MODIFY
+            dirs = kernel_write_dirs(HOME)  # the class's directories (`kill_in_pdir`)
+                bits = dirs.get(path, ACT_WAKE | ACT_KILL_WRITE | ACT_KILL_MODIFY)
+                acts[path] = acts.get(path, 0) | bits
         if kill:
             for path in policy.spec.lists.protected_paths:
                 acts[path] = acts.get(path, 0) | ACT_WAKE | ACT_KILL_OPEN | ACT_KILL_MODIFY
@@ -192,8 +195,10 @@ class Guard:
             raise GuardError(f"cannot protect {refused}: not absolute or too long")
 
     def _kernel_writes(self) -> list[str]:
-        """The persistence files `_protect` kills writers of (when it kills at all)."""
-        return kernel_write_paths(self.engine.policy, HOME)
+        """The persistence files `_protect` kills writers of (when it kills at all), and the
+        persistence directories (ending in '/') it kills writers under."""
+        files = kernel_write_paths(self.engine.policy, HOME) + kernel_write_files(HOME)
+        return list(dict.fromkeys(files)) + list(kernel_write_dirs(HOME))
 
     def _unique(self, name: str) -> str:
         base, n = name, 1

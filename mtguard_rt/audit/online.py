@@ -33,6 +33,7 @@ from .consent import WriteConsent, online_persistence
 from .context import CallContext
 from .expected import Expected
 from .patterns import canonical_ip
+from .persist_dirs import may_write_under
 from .policy import Policy
 from .programs import programs_of
 from .rules_exec import judged_program
@@ -107,9 +108,12 @@ class OnlineRules:
         paths = [p for p in self.ctx.canaries if only.matches(p)]
         if "canary-touched" not in self._on:
             paths = []
+        dirs: list[str] = []
         if "persistence-write" in self._on:
-            paths += [p for p in persistence or [] if p not in paths]
-        return self.consent.paths(paths)
+            dirs = [p for p in persistence or [] if p.endswith("/")]  # the class's directories
+            paths += [p for p in persistence or [] if p not in paths and p not in dirs]
+        lifted = [d for d in dirs if may_write_under(self.consent, d)]
+        return self.consent.paths(paths) + lifted
 
     def check(self, proc: ProcessNode, ev: OnlineEvent) -> Violation | None:
         if isinstance(ev, FileEvent):

@@ -87,6 +87,7 @@ CG_WATCHED = 1  # `cgroups` map value bits: the cgroup is traced ...
 CG_EAGER = 2  # ... and writing or MT_ACT_WAKE opens wake the reader at once (online rules)
 CG_PROTECTED = 4  # ... and has paths in `protected` (kill on touch is looked up)
 CG_GATE = 8  # ... and a wholly captured read of its MCP stdin stops the reader (window.py)
+CG_PDIRS = 16  # ... and has directories in `pdirs` (kill on write in them is looked up)
 ACT_WAKE = 1  # `protected` map values: an open of this exact path wakes the reader at once
 ACT_KILL_OPEN = 2  # ... an open of it is answered with SIGKILL in the kernel
 ACT_KILL_EXEC = 4  # ... an exec of it is answered with SIGKILL in the kernel
@@ -94,6 +95,12 @@ ACT_KILL_MODIFY = 8  # ... an unlink or rename (from or onto it) is answered wit
 ACT_KILL_WRITE = 16  # ... an open of it for writing (or creat) is answered with SIGKILL
 KEY_PATH_MAX = 256  # protected paths are exact strings shorter than this
 MAX_PROTECTED = 4096
+PDIR_PATH_MAX = 240  # `pdirs` (an LPM trie: 256 key bytes at most) path bytes
+MAX_PDIRS = 1024
+# a protected path ending in '/' is a directory (`pdirs`): ACT_KILL_WRITE kills a writing
+# open, rename, link or symlink onto a name under it; these bits narrow the names
+ACT_ONE_LEVEL = 32  # ... to the files directly in it
+ACT_PTH = 64  # ... to names ending in `.pth`
 O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
 # EV_SIGNAL's syscalls (a3 & 0xff)
 SIG_KILL, SIG_TKILL, SIG_TGKILL, SIG_PIDFD, SIG_QUEUE, SIG_TGQUEUE = 1, 2, 3, 4, 5, 6
@@ -106,7 +113,9 @@ SIG_SYSCALLS = {
     SIG_TGQUEUE: "rt_tgsigqueueinfo",
 }
 SIG_TARGETS = 4  # targets' tgids kept per record (a power of two: the C masks the index)
-KILLED_OPS = {1: "open", 2: "exec", 3: "unlink", 4: "rename", 5: "rename onto"}  # EV_KILLED a0
+KILLED_OPS = {  # EV_KILLED a0
+    1: "open", 2: "exec", 3: "unlink", 4: "rename", 5: "rename onto", 6: "link onto"
+}  # EV_KILLED a0
 # stdio integrity (EV_STDIO): per read/write syscall on a wire fd, at most IO_CAP bytes are
 # copied, in records of at most IO_CHUNK bytes; readv/writev: the first IO_CHUNK bytes of each
 # of at most IOV_MAX iovecs. More: TRUNC1 (the message is unverified)
@@ -174,6 +183,11 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         CG_EAGER=CG_EAGER,
         CG_PROTECTED=CG_PROTECTED,
         CG_GATE=CG_GATE,
+        CG_PDIRS=CG_PDIRS,
+        PDIR_PATH_MAX=PDIR_PATH_MAX,
+        MAX_PDIRS=MAX_PDIRS,
+        ACT_ONE_LEVEL=ACT_ONE_LEVEL,
+        ACT_PTH=ACT_PTH,
         ACT_WAKE=ACT_WAKE,
         ACT_KILL_OPEN=ACT_KILL_OPEN,
         ACT_KILL_EXEC=ACT_KILL_EXEC,

@@ -23,11 +23,13 @@ from .decode import EventDecoder
 from .kinds import (
     CG_EAGER,
     CG_GATE,
+    CG_PDIRS,
     CG_PROTECTED,
     CG_WATCHED,
     EV_MAX,
     KEY_PATH_MAX,
     NAMED_TRACEPOINTS,
+    PDIR_PATH_MAX,
     Kind,
     bpf_cflags,
 )
@@ -114,11 +116,17 @@ class BpfProgram:
         self._cgroups[cg] = self._cgroups.Leaf((mode | CG_GATE) if on else (mode & ~CG_GATE))
 
     def protect(self, cgroup_id: int, paths: dict[str, int]) -> list[str]:
-        """Push exact absolute paths -> ACT_* bits for one cgroup (`protected` map). Returns
-        the paths refused: not absolute, or too long for the fixed key."""
+        """Push exact absolute paths -> ACT_* bits for one cgroup (`protected` map); a path
+        ending in '/' is a directory (`pdirs`: kill on write under it). Returns the paths
+        refused: not absolute, or too long for the fixed key."""
         table = self._bpf["protected"]
         refused: list[str] = []
+        dirs = {p: a for p, a in paths.items() if p.endswith("/")}
+        if dirs:
+            refused += self._protect_dirs(cgroup_id, dirs)
         for path, act in paths.items():
+            if path in dirs:
+                continue
             raw = path.encode()
             if not path.startswith("/") or len(raw) >= KEY_PATH_MAX or b"\0" in raw:
                 refused.append(path)
@@ -136,8 +144,49 @@ class BpfProgram:
             self._cgroups[cg] = self._cgroups.Leaf(mode | CG_PROTECTED)
         return refused
 
+    def _pdir_key(self, cgroup_id: int, path: str) -> Any:
+        table = self._bpf["pdirs"]
+        raw = path.encode()
+        if not path.startswith("/") or len(raw) >= PDIR_PATH_MAX or b"\0" in raw:
+            return None
+        key = table.Key()
+        key.prefixlen = (ctypes.sizeof(key) - 4 - PDIR_PATH_MAX + len(raw)) * 8
+        key.cgroup_id = cgroup_id
+        key.path = raw
+        return key
+
+    def _protect_dirs(self, cgroup_id: int, dirs: dict[str, int]) -> list[str]:
+        """Directory prefixes -> ACT_* bits (`pdirs`, an LPM trie keyed by cgroup and path)."""
+        table = self._bpf["pdirs"]
+        refused = []
+        for path, act in dirs.items():
+            key = self._pdir_key(cgroup_id, path)
+            if key is None:
+                refused.append(path)
+                continue
+            leaf = table.Leaf()
+            leaf.len = len(path.encode())
+            leaf.act = act
+            table[key] = leaf
+        if len(refused) < len(dirs):
+            cg = self._cgroups.Key(cgroup_id)
+            try:
+                mode = int(self._cgroups[cg].value)
+            except KeyError:
+                mode = CG_WATCHED
+            self._cgroups[cg] = self._cgroups.Leaf(mode | CG_PDIRS)
+        return refused
+
     def actions(self, cgroup_id: int, path: str) -> int:
-        """The ACT_* bits pushed for one exact path of one cgroup (0 when none)."""
+        """The ACT_* bits pushed for one exact path (or directory, ending in '/') of one
+        cgroup (0 when none)."""
+        if path.endswith("/"):
+            key = self._pdir_key(cgroup_id, path)
+            if key is None:
+                return 0
+            # an LPM lookup finds the longest prefix: only an entry of exactly this one counts
+            leaf = self._bpf["pdirs"].get(key)
+            return int(leaf.act) if leaf is not None and leaf.len == len(path.encode()) else 0
         table = self._bpf["protected"]
         raw = path.encode()
         if not path.startswith("/") or len(raw) >= KEY_PATH_MAX or b"\0" in raw:
@@ -151,13 +200,14 @@ class BpfProgram:
             return 0
 
     def unprotect(self, cgroup_id: int) -> None:
-        """Drop every protected path of one cgroup."""
-        table = self._bpf["protected"]
-        for key in [k for k in table.keys() if k.cgroup_id == cgroup_id]:
-            try:
-                del table[key]
-            except KeyError:
-                pass
+        """Drop every protected path and directory of one cgroup."""
+        for name in ("protected", "pdirs"):
+            table = self._bpf[name]
+            for key in [k for k in table.keys() if k.cgroup_id == cgroup_id]:
+                try:
+                    del table[key]
+                except KeyError:
+                    pass
 
     def wire_add(self, cgroup_id: int, fds: dict[tuple[int, int], int]) -> None:
         """Mark (tgid, fd) -> stream (0 stdin, 1 stdout) as one cgroup's MCP wire; the kernel

@@ -234,7 +234,7 @@ class Window:
     def _killed_in_kernel(self, ev: RawEvent) -> None:
         proc = self._builder._procs.get(ev.pid)
         op = KILLED_OPS.get(ev.a0, "?")
-        what = f"{op} {text(ev.s1)}" if op == "rename onto" else f"{op} of {text(ev.s1)}"
+        what = f"{op} {text(ev.s1)}" if op.endswith(" onto") else f"{op} of {text(ev.s1)}"
         if proc is not None:
             proc.node.killed_by = proc.node.killed_by or f"kill-on-touch: {what}"
             who = f"pid {ev.pid} {proc.node.exe or '?'}"
