@@ -178,8 +178,8 @@ class Guard:
             acts[path] = ACT_WAKE | (on_open if kill else 0)
             acts[path] |= ACT_KILL_MODIFY if kill else 0
         if kill and canaries:  # our image: its home is HOME
-            for path in self._kernel_writes():
             dirs = kernel_write_dirs(HOME)  # the class's directories (`kill_in_pdir`)
+            for path in self._kernel_writes():
                 bits = dirs.get(path, ACT_WAKE | ACT_KILL_WRITE | ACT_KILL_MODIFY)
                 acts[path] = acts.get(path, 0) | bits
         if kill:
