@@ -21,6 +21,10 @@ rm -rf "$venv"
 "$base" -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -r "$reqs" > "$venv/pip.log" 2>&1 \
   || { grep -v "^WARNING: Location" "$venv/pip.log" >&2; die "pip install of $reqs failed"; }
-"$venv/bin/python" -c "import phoenix.server.main" || die "phoenix does not import in $venv"
+# importing phoenix creates its working dir (default ~/.phoenix): point it at a scratch one
+scratch=$(mktemp -d)
+PHOENIX_WORKING_DIR="$scratch" "$venv/bin/python" -c "import phoenix.server.main" \
+  || { rm -rf "$scratch"; die "phoenix does not import in $venv"; }
+rm -rf "$scratch"
 [ -x "$venv/bin/phoenix" ] || die "$venv/bin/phoenix is missing"
 echo "$want" > "$venv/.pinned"

@@ -11,8 +11,10 @@ UI (the DOM names its spans) and screenshots it (a PNG that is not a blank frame
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +32,7 @@ import anyio
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
-from mtguard_rt.model import AuditRecord
+from mtguard_rt.model import AuditRecord, ProcessNode
 
 from ..conftest import REQUIRE_REAL
 from ..e2e.conftest import READ_CANARY, SERVERS, online_guard_config
@@ -256,25 +258,58 @@ async def test_guarded_calls_arrive_in_phoenix_with_their_trees(
             v.rule for v in denied.violations if v.phase == denied.phase}
         assert any(SSH_KEY in " ".join(v["mtguard.evidence"]) for v in fired), fired
 
-        # Phoenix's own UI: the denied trace, rendered by real Chromium
+        # Phoenix's own UI: the denied trace, rendered by real Chromium (1600 px wide: at
+        # 1280 Phoenix draws the span tree without its indentation)
         ui = f"{px.url}/redirects/traces/{denied.trace_id}"
-        budget = "--virtual-time-budget=20000"  # paused while Phoenix's GraphQL is pending
-        dom = chromium(tmp_path, budget, "--dump-dom", ui, timeout=CHROMIUM_S)
-        shot = tmp_path / "phoenix-trace.png"
-        chromium(tmp_path, budget, f"--screenshot={shot}", ui, timeout=CHROMIUM_S)
-    for name in (f"tools/call {denied.tool}", "post-verification", "execution",
-                 bad[f"pid {reader}"]["name"], f"denied: {', '.join(denied.rules)}"):
-        assert name in dom, name
+        args = ("--window-size=1600,1000",  # the last --window-size wins
+                "--virtual-time-budget=20000")  # paused while Phoenix's GraphQL is pending
+        shot, dom = tmp_path / "phoenix-trace.png", ""
+
+        async def dump_dom() -> None:
+            nonlocal dom
+            dom = await anyio.to_thread.run_sync(
+                lambda: chromium(tmp_path / "dom", *args, "--dump-dom", ui, timeout=CHROMIUM_S))
+
+        async with anyio.create_task_group() as tg:  # two browsers, each its own profile
+            tg.start_soon(dump_dom)
+            await anyio.to_thread.run_sync(lambda: chromium(
+                tmp_path / "shot", *args, f"--screenshot={shot}", ui, timeout=CHROMIUM_S))
+    assert f"denied: {', '.join(denied.rules)}" in dom  # the root span's status, shown
+    assert sorted(ui_tree(dom)) == sorted(tree_levels(denied)), ui_tree(dom)
     check_png(shot.read_bytes())
 
 
+def ui_tree(dom: str) -> list[tuple[str, int]]:
+    """(span name, nesting level) of each row of the trace tree Phoenix's UI rendered."""
+    row = re.compile(r'class="span-node-wrap[^"]*" style="--trace-tree-nesting-level: (\d+);'
+                     r'.*?<span[^>]*>([^<]+)</span>', re.S)
+    return [(html.unescape(m.group(2)), int(m.group(1))) for m in row.finditer(dom)]
+
+
+def tree_levels(record: AuditRecord) -> list[tuple[str, int]]:
+    """What that tree must be: the root, its three stages, each process under its parent."""
+    assert record.tree is not None
+    nodes = {p.key: p for p in record.tree.processes}
+
+    def level(p: ProcessNode) -> int:  # the roots of the tree sit under `execution`
+        parent = nodes.get(p.parent) if p.parent is not None else None
+        return 2 if parent is None else 1 + level(parent)
+
+    def name(p: ProcessNode) -> str:  # as the guard names a process span
+        return os.path.basename(p.exe) if p.exe else (p.argv[0] if p.argv else "?")
+
+    procs = [(f"process {name(p)}", level(p)) for p in record.tree.processes]
+    stages = [(name, 1) for name in ("pre-audit", "execution", "post-verification")]
+    return [(f"tools/call {record.tool}", 0), *stages, *procs]
+
+
 def check_png(data: bytes) -> None:
-    """A 1280x1000 8-bit RGB(A) PNG that is not a blank frame: its scanlines (zlib) hold the
+    """A 1600x1000 8-bit RGB(A) PNG that is not a blank frame: its scanlines (zlib) hold the
     full image, and after PNG's per-row filters, which turn a one-colour frame into zeros,
     they still take well over a hundred byte values."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1280, 1000)
+    assert (width, height) == (1600, 1000)
     depth, colour = data[24], data[25]
     assert depth == 8 and colour in (2, 6), (depth, colour)
     idat, pos = b"", 8
@@ -286,4 +321,4 @@ def check_png(data: bytes) -> None:
     raw = zlib.decompress(idat)
     assert len(raw) == (1 + width * (3 if colour == 2 else 4)) * height
     assert len(set(raw)) > 128, f"{len(set(raw))} byte values: a blank frame"
-    assert len(data) > 20_000  # a one-colour 1280x1000 frame compresses to a few KB
+    assert len(data) > 20_000  # a one-colour 1600x1000 frame compresses to a few KB
