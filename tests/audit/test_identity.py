@@ -151,11 +151,11 @@ def test_digests_are_cached_and_an_exec_costs_little(root: str) -> None:
     files = ProgramFiles()
     shutil.copy(f"{root}/usr/bin/dash", f"{root}/tmp/helper")
     where = Where(root=root)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the cost, not the machine's load
     for _ in range(200):
         identify("/usr/bin/git", ["git", "status"], where, POLICY, files)
         identify("/tmp/helper", ["helper"], where, POLICY, files)
-    per_exec_ms = (time.perf_counter() - t0) * 1000 / 400
+    per_exec_ms = (time.process_time() - t0) * 1000 / 400
     assert per_exec_ms < 2.0, per_exec_ms  # measured ~0.05 ms here
     assert len(files._digests) == 5  # heads of git, dash, helper; then dash, helper whole
     assert FILES is not files

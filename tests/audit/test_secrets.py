@@ -217,8 +217,8 @@ def test_credential_words_in_a_task() -> None:
 
 def test_a_huge_text_is_bounded_and_its_tail_is_read() -> None:
     text = "lorem ipsum dolor sit amet " * 120_000 + f"\n{GH}\n"  # ~3.2 MB
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the cost, not the machine's load
     found = find_secrets(text)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.process_time() - t0 < 5.0
     assert [f.value for f in found] == [GH]
     assert isinstance(found[0], Finding)

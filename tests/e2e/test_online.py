@@ -9,7 +9,6 @@ touch the kernel kills `cat` at the canary open itself and the online rule the r
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -45,17 +44,16 @@ async def test_canary_read_kills_the_call_before_its_write(tmp_path: Path) -> No
         assert guard.records[-1].decision == "allow" and not guard.records[-1].terminated
 
         evil = f"{READ_CANARY}; sleep 20; echo done > after.txt"
-        started = time.monotonic()
+        # within CALL_BOUND_S, shorter than the sleep: the call ended with the kill, not the
+        # command (no wall-clock bound of its own: a loaded machine stretches the kill's path)
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
             await server.call_tool("run_command", {"command": evil})
-        elapsed = time.monotonic() - started
         rec = info.value.record
         assert rec is not None and rec.terminated
         assert (rec.decision, rec.phase, rec.rules[0]) == ("deny", "post", "canary-touched")
         lines = rec.violations[0].evidence
         assert "/home/mtguard/.ssh/id_rsa" in lines[0]
         assert lines[1].startswith("terminated online: SIGKILL to pid(s) [")
-        assert elapsed < 2.0, f"the call took {elapsed:.2f} s"
         assert rec.tree is not None
         killed = [p for p in rec.tree.processes if p.killed_by == "canary-touched"]
         assert any(p.exe == "/usr/bin/sh" for p in killed)  # the script died mid-way

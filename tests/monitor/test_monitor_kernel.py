@@ -264,14 +264,15 @@ async def test_watch_misuse_is_refused() -> None:
 
 
 async def test_cancelled_window_still_yields_a_tree_marked_aborted() -> None:
-    async with open_monitor(MonitorConfig(settle_max_ms=5000)) as mon, gated_cgroup() as cg:
-        async with cg.run(["sh", "-c", "sleep 30"]) as proc, mon.watch(cg.id, str(cg.path)) as w:
+    # an exit that waited for the settle bound (or the sleep) would outlast the hang guard
+    config = MonitorConfig(settle_max_ms=600_000)
+    async with open_monitor(config) as mon, gated_cgroup() as cg:
+        async with cg.run(["sh", "-c", "sleep 600"]) as proc, mon.watch(cg.id, str(cg.path)) as w:
             await cg.release(proc)
-            t0 = time.monotonic()
-            with anyio.move_on_after(0.2) as scope:
+            with anyio.fail_after(60), anyio.move_on_after(0.2) as scope:
                 async with w.window(CALL) as window:
-                    await anyio.sleep(30)  # the call hangs; the caller gives up
-            assert scope.cancelled_caught and time.monotonic() - t0 < 2
+                    await anyio.sleep(600)  # the call hangs; the caller gives up
+            assert scope.cancelled_caught
     tree = window.tree
     assert not tree.complete and any("aborted" in r for r in tree.incomplete_reasons)
     assert [p.learned for p in tree.processes][:1] == ["seeded"]
