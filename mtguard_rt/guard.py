@@ -358,7 +358,8 @@ async def open_guard(
             from .monitor import MonitorConfig, open_monitor
             from .monitor.between import BetweenPolicy
 
-            remote, mode = open_agent_program()  # the host's agent, else our own
+            # the host's agent (started here with MTGUARD_AGENT=auto), else our own
+            remote, mode = await anyio.to_thread.run_sync(lambda: open_agent_program(spawn=True))
             _log.info("%s", mode)
             if remote is not None:
                 stack.callback(remote.close)

@@ -180,8 +180,10 @@ def connect_agent(path: Path) -> RemoteProgram:
         raise AgentUnavailable(f"the agent at {path} does not answer: {exc}") from exc
 
 
-def open_agent_program() -> tuple[RemoteProgram | None, str]:
-    """The agent's program if one answers, and the mode line for the log and `doctor`."""
+def open_agent_program(*, spawn: bool = False) -> tuple[RemoteProgram | None, str]:
+    """The agent's program if one answers (with `spawn` and MTGUARD_AGENT=auto: one
+    started here if none does, agent/spawn.py), and the mode line for the log and `doctor`.
+    May block for an agent's start-up: call it from a worker thread in async code."""
     from .protocol import agent_socket_path
 
     path = agent_socket_path()
@@ -190,10 +192,23 @@ def open_agent_program() -> tuple[RemoteProgram | None, str]:
     try:
         program = connect_agent(path)
     except AgentUnavailable as exc:
-        return None, f"monitor: in-process ({exc})"
+        if not (spawn and agent_on_demand()):
+            return None, f"monitor: in-process ({exc})"
+        from .spawn import start_agent
+
+        try:
+            program, how = start_agent(path)
+        except (AgentUnavailable, OSError) as exc:
+            return None, f"monitor: in-process ({exc})"
+        return program, f"monitor: agent (pid {program.agent_pid}, {how}) at {path}"
     return program, f"monitor: agent (pid {program.agent_pid}) at {path}"
 
 
 def agent_wanted() -> bool:
     """MTGUARD_AGENT=off (or 0, no) keeps every guard on its own in-process monitor."""
     return os.environ.get("MTGUARD_AGENT", "").lower() not in ("off", "0", "no")
+
+
+def agent_on_demand() -> bool:
+    """MTGUARD_AGENT=auto: a guard that finds no agent starts one (off by default)."""
+    return os.environ.get("MTGUARD_AGENT", "").lower() == "auto"

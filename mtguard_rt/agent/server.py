@@ -4,10 +4,11 @@ The socket is root-only (its folder 0700, itself 0600) and every peer's credenti
 checked (SO_PEERCRED: uid 0 or ours). A connection owns the cgroups it asked to watch;
 each record goes to the owner of its cgroup, none to anyone else. A connection that ends,
 however it ends (a proxy SIGKILLed), gives its cgroups back: out of the kernel filter, its
-protected paths and wire fds forgotten; the others are served on. Each connection's queue
-of unsent bytes is bounded: past it, events are counted lost (reported as drops). Guards
-report each audited call (`M` frames); with a metrics address the agent serves them, and its
-own figures, to Prometheus (agent/metrics.py).
+protected paths and wire fds forgotten; the others are served on; once its process is dead,
+the sandboxes it left are removed, as at start-up those of any dead guard (adopt.py). Each
+connection's queue of unsent bytes is bounded: past it, events are counted lost (reported as
+drops). Guards report each audited call (`M` frames); with a metrics address the agent
+serves them, and its own figures, to Prometheus (agent/metrics.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from anyio.abc import SocketAttribute
 
 from ..errors import GuardError
 from ..monitor.loader import BpfProgram, load_program
+from .adopt import PeerExit, remove_orphans
 from .metrics import AgentMetrics, serve_metrics
 from .protocol import (
     TAG_EVENT,
@@ -100,6 +102,11 @@ class Agent:
         self._dirty: set[Connection] = set()
         self._encode: Callable[[Any], bytes] = msgspec.msgpack.Encoder().encode
         self.stop = anyio.Event()
+        self.sweeps: anyio.abc.TaskGroup | None = None  # removals of dead guards' sandboxes
+        self.orphans_removed = 0
+
+    async def sweep(self, peer: PeerExit) -> None:
+        self.orphans_removed += len(await peer.sweep())
 
     # -- the one reader ------------------------------------------------------------------
     def _on_record(self, raw: bytes) -> None:
@@ -141,6 +148,7 @@ class Agent:
             "drops": self.program.drops(),
             "lost_by_connection": sum(c.lost for c in self.connections),
             "metrics_port": self.metrics_port,
+            "orphans_removed": self.orphans_removed,
             "sessions": len(self.sessions),
             "peers": [
                 {"pid": c.pid, "uid": c.uid, "cgroups": sorted(c.cgroups), "events": c.events}
@@ -219,6 +227,7 @@ class Agent:
             if uid not in (0, os.getuid()):
                 return  # not root, not us: closed without a word
             conn = Connection(self, stream, pid, uid)
+            peer = PeerExit(pid)  # pinned now: at its exit, the sandboxes it left go
             self.connections.add(conn)
             self.connections_total += 1
             try:
@@ -235,6 +244,10 @@ class Agent:
                 self.sessions.leave(conn)  # its members stay, as history for the others
                 for cg in list(conn.cgroups):
                     self._release(conn, cg)
+                if self.sweeps is not None:
+                    self.sweeps.start_soon(self.sweep, peer)
+                else:
+                    peer.close()
 
     async def _requests(self, conn: Connection) -> None:
         buf = FrameBuffer()
@@ -290,10 +303,18 @@ async def serve_agent(
     """Load the program, listen at `path` (and serve Prometheus metrics on `metrics`,
     host and port, when given) until a `stop` request or cancel."""
     _listen_path(path)
-    program = load_program(ring_pages)
+    removed: list[str] = []
+    async with anyio.create_task_group() as early:  # what dead guards left, while compiling
+
+        async def sweep() -> None:
+            removed.extend(await remove_orphans())
+
+        early.start_soon(sweep)
+        program = await anyio.to_thread.run_sync(load_program, ring_pages)
     if program.has_sink():
         raise GuardError("a monitor is already open in this process")
     agent = Agent(program, path)
+    agent.orphans_removed = len(removed)
     program.set_sink(agent._on_record)
     old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
     try:
@@ -303,6 +324,7 @@ async def serve_agent(
     try:
         async with listener, anyio.create_task_group() as tg:
             await tg.start(agent.read)
+            agent.sweeps = tg
             tg.start_soon(listener.serve, agent.serve, tg)
             if metrics is not None:
                 render = lambda: agent.metrics.render(agent.status())  # noqa: E731

@@ -15,6 +15,8 @@ server's requests are refused.
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -24,7 +26,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from ..config import GuardConfig
-from ..errors import ServerExited
+from ..errors import MonitorLost, ServerExited
 from ..guard import GuardedServer, open_guard
 from ..startup import end_startup
 from .remote import connect_server, redact
@@ -52,6 +54,7 @@ class Relay:
         self.withholder: Withholder | None = None
         self.cancelled: set[Any] = set()
         self.answered: set[Any] = set()  # calls the host got the denial of at the kill
+        self.unsettled: set[Any] = set()  # calls whose supervisor has not returned (yet)
         self.idle = anyio.Event()
         self.idle.set()
         self.dropped_from_server = 0
@@ -104,6 +107,7 @@ class Relay:
                 )
                 return
             self.in_flight.add(request_id)
+            self.unsettled.add(request_id)
             self.idle = anyio.Event()
             tg.start_soon(self._call, request_id, params)
             return
@@ -153,6 +157,7 @@ class Relay:
                 params=params,
                 on_kill=lambda denial: self._killed(request_id, denial),
             )
+            self.unsettled.discard(request_id)  # not when the guard fails: fail_closed()
             if request_id in self.cancelled:
                 return  # the host gave up on it; the spec says no response follows
             if request_id in self.answered:
@@ -170,6 +175,28 @@ class Relay:
             self.answered.discard(request_id)
             if not self.in_flight:
                 self.idle.set()
+
+    @asynccontextmanager
+    async def failing_closed(self) -> AsyncIterator[None]:
+        """Around the guard: a lost monitor ends it (the sandbox is removed on the way out),
+        then every request still waiting is answered with the reason."""
+        try:
+            yield
+        except* MonitorLost as lost:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(HOST_EOF_GRACE_S):
+                await self.fail_closed(_first(lost))
+            raise
+
+    async def fail_closed(self, exc: MonitorLost) -> None:
+        """The monitor is lost and the sandbox gone with the guard: every request still
+        waiting (calls included) is answered with the reason, none by an unwatched server."""
+        _log(f"the monitor is lost, the server was stopped: {exc}")
+        waiting = (self.unsettled - self.cancelled - self.answered) | set(self.forwarded)
+        for request_id in sorted(waiting, key=str):
+            text = f"mtguard: the call was not run to its end: {exc}; the server was stopped"
+            await self.error(request_id, -32002, text)
+        self.unsettled.clear()
+        self.forwarded.clear()
 
     async def _killed(self, request_id: Any, denial: Message) -> None:
         if request_id not in self.cancelled:
@@ -225,7 +252,8 @@ async def serve_stdio(
     server is that streamable HTTP endpoint (no sandbox, no monitor) instead of `command`."""
     async with stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
         relay = Relay(write_stream)
-        async with open_guard(config, monitor=upstream_url is None) as guard:
+        guarded = open_guard(config, monitor=upstream_url is None)
+        async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
             async with connect_server(
                 guard, command, name, relay.from_server, upstream_url, upstream_headers
             ) as server:
@@ -248,6 +276,14 @@ async def serve_stdio(
                     with anyio.move_on_after(HOST_EOF_GRACE_S):
                         await relay.idle.wait()
                     tg.cancel_scope.cancel()
+
+
+def _first(group: BaseExceptionGroup[MonitorLost]) -> MonitorLost:
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        inner = inner.exceptions[0]
+    assert isinstance(inner, MonitorLost)
+    return inner
 
 
 async def _host_parse_error(relay: Relay, exc: Exception) -> None:
