@@ -148,12 +148,15 @@ def run_checks() -> list[Check]:
 
 def _agent() -> Check:
     """Which monitor a guard started now would use: the host's agent, or its own."""
-    from .agent.client import open_agent_program
+    from .agent.client import agent_on_demand, open_agent_program
 
-    remote, mode = open_agent_program()
+    remote, mode = open_agent_program()  # doctor starts none, even with MTGUARD_AGENT=auto
     if remote is not None:
         remote.close()
-    fix = "optional: `mtguard agent run` shares one BPF program among all guards"
+    elif agent_on_demand():
+        mode += "; a guard would start one (MTGUARD_AGENT=auto)"
+    fix = ("optional: `mtguard agent run`, its systemd unit (`mtguard agent install-unit`) or "
+           "MTGUARD_AGENT=auto shares one BPF program among all guards")  # fmt: skip
     return Check("monitor mode", remote is not None, mode, fix, required=False)
 
 

@@ -78,3 +78,18 @@ def test_readiness_reaches_the_starter_and_systemd(
         assert os.read(r, 100) == READY and os.read(r, 100) == b""
         os.close(r)
         assert listener.recv(100).split(b"\n")[0] == b"READY=1"
+
+
+def test_doctor_starts_no_agent_and_says_a_guard_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mtguard_rt.doctor import _agent
+
+    sock = tmp_path / "run" / "agent.sock"
+    monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
+    monkeypatch.setenv("MTGUARD_AGENT", "auto")
+    check = _agent()
+    assert not check.ok and "a guard would start one (MTGUARD_AGENT=auto)" in check.detail
+    assert not sock.parent.exists()  # no lock, no agent: doctor only looks
+    monkeypatch.setenv("MTGUARD_AGENT", "")
+    assert "would start" not in _agent().detail
