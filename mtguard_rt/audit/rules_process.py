@@ -31,6 +31,7 @@ from typing import Any
 from ..model import ProcessNode, SignalEvent, Violation
 from .context import CallContext
 from .policy import Policy
+from .proc_memory import MEM_WHY, foreign_memory
 from .rules_pre import violation
 from .text import iter_strings
 from .treeview import SignalHit, TreeView, label
@@ -168,6 +169,18 @@ def _relevant(hit: SignalHit, view: TreeView, ctx: CallContext) -> bool:
 def process_control(
     ctx: CallContext, view: TreeView, result: dict[str, Any], policy: Policy
 ) -> list[Violation]:
+    """Signals (below) and opens of another process's memory (`proc_memory`)."""
+    found = _signal_control(ctx, view, policy)
+    mem = foreign_memory(ctx, view)
+    if not mem:
+        return found
+    if found:
+        found[0].evidence.extend(mem)
+        return found
+    return [violation(RULE, policy, "post", MEM_WHY, mem)]
+
+
+def _signal_control(ctx: CallContext, view: TreeView, policy: Policy) -> list[Violation]:
     hits = [h for h in view.signals if _relevant(h, view, ctx)]
     if not hits:
         return []
