@@ -603,6 +603,8 @@ class Supervisor:
         not read safely is left out."""
         if self.files is None:
             return None
+        if not paths:  # nothing to read: no worker-thread hop
+            return {}
         return await anyio.to_thread.run_sync(self.files.read, paths)
 
     async def _written_by(

@@ -6,8 +6,9 @@ server-initiated requests). Each `tools/call` runs through the `Supervisor` in i
 so a slow call never blocks pings or other traffic. `tools/list` answers are pinned on the
 way back, and a `list_changed` triggers a re-check of the pins. Malformed host lines get a
 JSON-RPC error and the proxy keeps serving; when the server dies, later requests get a clear
-error. The host side uses the MCP SDK's stdio transport. Nothing the server sends reaches the
-host unscreened (`withhold.Withholder`): a response to a call already handled or to an id the
+error. The host side uses the MCP SDK's stdio transport over the host's fds in the event
+loop (`hoststdio`: no thread hop per message). Nothing the server sends reaches the host
+unscreened (`withhold.Withholder`): a response to a call already handled or to an id the
 guard never sent is dropped, a secret in any other message is withheld, and a quarantined
 server's requests are refused.
 """
@@ -22,13 +23,13 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from ..config import GuardConfig
 from ..errors import MonitorLost, ServerExited
 from ..guard import GuardedServer, open_guard
 from ..startup import end_startup
+from .hoststdio import host_stdio_server
 from .remote import connect_server, redact
 from .upstream import Message, UpstreamError
 from .withhold import WITHHELD, Withholder
@@ -250,7 +251,7 @@ async def serve_stdio(
 ) -> None:
     """Serve one host over stdio until it closes stdin. With `upstream_url`, the guarded
     server is that streamable HTTP endpoint (no sandbox, no monitor) instead of `command`."""
-    async with stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
+    async with host_stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
         relay = Relay(write_stream)
         guarded = open_guard(config, monitor=upstream_url is None)
         async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
