@@ -85,6 +85,33 @@ static __always_inline void count_drop(u32 kind)
         __sync_fetch_and_add(c, 1);
 }
 
+/* Lost records per watched cgroup and kind, a writing open apart (MT_LOST_OPEN_WRITE): a
+ * call's window tells its own sandbox's losses from another sandbox's flood (`drops` is the
+ * whole monitor's). The guard reads the counts at a window's open and close; deletes them
+ * with the cgroup. */
+struct lost_counts {
+    u32 n[MT_LOST_SLOTS];
+};
+BPF_HASH(cg_lost, u64, struct lost_counts, MT_MAX_CGROUPS);
+
+static __always_inline void count_lost(struct event *e)
+{
+    u32 k = e->kind;
+    if (k == EV_OPEN && (e->a1 & MT_O_ANY_WRITE))
+        k = MT_LOST_OPEN_WRITE;
+    if (k >= MT_LOST_SLOTS)
+        return;
+    struct lost_counts *c = cg_lost.lookup(&e->cgroup_id);
+    if (!c) {
+        struct lost_counts zero = {};
+        cg_lost.update(&e->cgroup_id, &zero);
+        c = cg_lost.lookup(&e->cgroup_id);
+        if (!c)
+            return;
+    }
+    __sync_fetch_and_add(&c->n[k], 1);
+}
+
 /* Wakeups cost the traced task an irq_work each: high-volume kinds (open, close, dup, memfd)
  * wake the reader only every MT_WAKE_EVERY-th record per CPU; every other kind forces a
  * wakeup (adaptive wakeups would be skipped behind unsignalled records), so a process
@@ -118,8 +145,10 @@ static __always_inline void submit(struct event *e)
     if (n >= MT_DATA_MAX)
         n = MT_DATA_MAX - 1;
     n &= MT_DATA_MAX - 1;
-    if (events.ringbuf_output(e, HDR_SIZE + n, wake_flags(e)) != 0)
+    if (events.ringbuf_output(e, HDR_SIZE + n, wake_flags(e)) != 0) {
         count_drop(e->kind);
+        count_lost(e);
+    }
 }
 
 static __always_inline void read_str1(struct event *e, const char *p)

@@ -90,6 +90,9 @@ class GuardConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     llm: dict[str, Any] | None = None  # validated by the audit layer's JudgeConfig
     telemetry: dict[str, Any] | None = None  # validated by the telemetry layer's config
     profile: ProfileSection | None = None  # learned behaviour profile (overrides the policy's)
+    # the agent session the guard's servers join (agent/session_client.py): a proxy's
+    # default is its host process's; none (or "off"): this guard's own servers only
+    session: str | None = None
     # Test/evaluation seam: "module:function" rewriting each approved call before dispatch,
     # to simulate a compromised host (the paper's tool-call-hook attacks). Never set it in use.
     dispatch_hook: str | None = None

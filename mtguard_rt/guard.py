@@ -120,6 +120,7 @@ class Guard:
         self.telemetry = telemetry
         self.audit_log = audit_log
         self.agent: Any = None  # the host agent's connection, which counts our calls
+        self.session: Any = None  # the agent's session its servers join (AgentSession)
         self.dispatch_hook = dispatch_hook
         self.observe = config.observe
         self.servers: dict[str, Supervisor] = {}
@@ -286,6 +287,7 @@ class Guard:
                 kernel_writes=self._kernel_writes() if sb.canaries else [],
                 scope=ServerScope.create(box.workspace, command),
             )
+            sup.peers = self.session
             self.servers[name] = sup
             supervisors.append(sup)
             if watch is not None:  # its between-call records, for as long as it is connected
@@ -342,7 +344,11 @@ async def open_guard(
     *,
     dispatch_hook: DispatchHook | None = None,
     monitor: bool = True,
+    session: str | None = None,
 ) -> AsyncIterator[Guard]:
+    """`session` (else `config.session`): the agent session this guard's servers join, so
+    the cross-server rules also see the servers of other guards in it (proxies); none, or
+    "off": this guard's own servers only."""
     config = config or GuardConfig()
     policy = load_policy([Path(p) for p in config.policies] or None)
     if config.profile is not None:  # the config's learned profile overrides the policy's
@@ -396,7 +402,27 @@ async def open_guard(
         if mon is not None:
             guard.monitor_mode = mode
             guard.agent = remote
+        await _join_session(stack, guard, session or config.session)
         yield guard
+
+
+async def _join_session(stack: AsyncExitStack, guard: Guard, name: str | None) -> None:
+    """Join the agent's session `name` when an agent listens (its sender task runs for as
+    long as the guard); the mode line says which session."""
+    from .agent.protocol import agent_socket_path
+
+    path = agent_socket_path()
+    if not name or name == "off" or not path.exists():
+        return
+    from .agent.session_client import AgentSession
+
+    peers = AgentSession(path, name)
+    stack.push_async_callback(peers.aclose)
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)
+    await tg.start(peers.serve)
+    guard.session = peers
+    guard.monitor_mode += f", session {name!r} in the agent"
 
 
 def _load_hook(spec: str | None) -> DispatchHook | None:

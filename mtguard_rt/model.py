@@ -284,6 +284,9 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     complete: bool = True
     incomplete_reasons: list[str] = msgspec.field(default_factory=list)
     drops: dict[str, int] = msgspec.field(default_factory=dict)  # per event kind
+    # this sandbox's own records lost in the kernel during the window, per kind (`open_write`:
+    # a writing open); `drops` counts the whole monitor's, other sandboxes' floods included
+    lost: dict[str, int] = msgspec.field(default_factory=dict)
     window_start_ns: int = 0
     window_end_ns: int = 0
     wall_offset_ns: int = 0  # add to a *_ns value to get Unix time in ns

@@ -35,7 +35,7 @@ from .audit.provenance import UntrustedLog, gather
 from .audit.rules_integrity import DispatchLedger, stamp_stdio
 from .audit.rules_secrets import secret_sources
 from .audit.scope import ServerScope
-from .audit.session import SessionLog, session_view
+from .audit.session import SessionLog, result_text, session_view
 from .errors import ServerExited
 from .model import (
     AuditRecord,
@@ -228,6 +228,9 @@ class Supervisor:
         self.untrusted = UntrustedLog(name)
         # Its finished calls and what the agent read of them, for the judge's session view.
         self.session = SessionLog(name)
+        # The agent's session (agent/session_client.AgentSession), when the guard joined one:
+        # the other proxies' servers, read before the audits, this one's calls published.
+        self.peers: Any = None
         # every tools/call sent to this sandbox until read: the guard's own are declared
         # even when the server reads them late (a later window, between calls)
         self.ledger = DispatchLedger(name)
@@ -265,6 +268,8 @@ class Supervisor:
         """Record a tools/list answer: cache schemas, compare with the pins."""
         self.tools = {str(t.get("name")): t for t in tools}
         self.untrusted.listing(tools)
+        if self.peers is not None:
+            self.peers.listing(self.name, tools)
         changes = self.pins.check(self.name, tools)
         for change in changes:
             self.sink(self._pin_record(change), None, "pinning-change")
@@ -348,7 +353,7 @@ class Supervisor:
             except (UpstreamError, ServerExited, TimeoutError):
                 pass
         schema = strip_descriptions(self.tools.get(tool, {}).get("inputSchema") or {})
-        servers = self.tools_by_server()
+        servers, look, note = await self._session_view()
         ctx = CallContext(
             call=call,
             task=task,
@@ -358,8 +363,8 @@ class Supervisor:
             tools_by_server=servers,
             recent_calls=list(self.recent),
             canaries=self.canaries,
-            untrusted=gather(self.untrusted, servers, self.route),
-            session=session_view(self, servers, self.route),
+            untrusted=gather(self.untrusted, servers, look),
+            session=session_view(self, servers, look),
             scope=self.scope,
         )
         self.recent.append(call)
@@ -369,7 +374,9 @@ class Supervisor:
         timings = Timings(pre=_ms(t0, t_pre))
         if pre.decision == "deny" and not self.observe:
             self.session.record(call, "deny")
+            await self._publish(None)
             record = self._record(call, task, pre, None, timings, t0)
+            _local_only(record, note)
             self.sink(record, meta.get("traceparent"), None)
             return CallOutcome(record=record, result=denial_result(tool, pre), denied=True)
 
@@ -401,6 +408,10 @@ class Supervisor:
             # a JSON-RPC error object is what the agent reads then: judged like a result
             failed = response.get("error") if response and result is None else None
             judged = {"error": failed} if isinstance(failed, dict) else result or {}
+            if self.peers is not None:  # what the others published meanwhile
+                servers, look, again = await self._session_view()
+                ctx.untrusted = gather(self.untrusted, servers, look)
+                note = note or again
             post = await self.engine.post_verify(ctx, tree, judged)
         except BaseException:  # no verdict: a rollback pending for this call fails closed
             if target.rollback is not None:
@@ -418,6 +429,7 @@ class Supervisor:
             self.untrusted.result(tool, result, names, call.arguments)
         reached = bool(result) and (verdict.decision != "deny" or self.observe)
         self.session.record(call, verdict.decision, result if reached else None)
+        await self._publish(result if reached else None)
         rolled = None
         if target.rollback is not None:
             rolled = await target.rollback.settle(call.call_id, deny=verdict.decision == "deny")
@@ -425,6 +437,7 @@ class Supervisor:
         record.request_id = None if request_id is None else str(request_id)
         record.terminated = terminated
         record.rollback = rolled
+        _local_only(record, note)
         alert = None
         if rolled is not None and rolled.error:  # in the record's reasons: the alert shows them
             alert = "rollback-failed"
@@ -438,6 +451,22 @@ class Supervisor:
         if response is not None and "error" in response:
             return CallOutcome(record=record, error=response["error"])
         return CallOutcome(record=record, result=result or {})
+
+    async def _session_view(self) -> tuple[dict[str, list[str]], Any, str]:
+        """This guard's servers, with the agent session's other members when it joined one
+        (`route` over both, for the views only), and why the view is local when it is."""
+        servers = self.tools_by_server()
+        if self.peers is None:
+            return servers, self.route, ""
+        view = await self.peers.read(servers)
+        merged, look = view.merged(servers, self.route)
+        return merged, look, view.note
+
+    async def _publish(self, result: Any) -> None:
+        """The call just recorded in `session`, to the agent's session (bounded wait)."""
+        if self.peers is not None and self.session.calls:
+            text = None if result is None else result_text(result)
+            await self.peers.publish(self.name, self.session.calls[-1], text)
 
     async def _pre_audit(self, ctx: CallContext) -> Verdict:
         change = self.pins.is_blocked(self.name, ctx.call.tool)
@@ -667,6 +696,12 @@ class Supervisor:
             task=task,
             violations=verdict.violations,
         )
+
+
+def _local_only(record: AuditRecord, note: str) -> None:
+    """The record says so when the agent's session could not be read for this call."""
+    if note:
+        record.reasons.append(f"session: judged on the local view only ({note})")
 
 
 def _history(raw: Any) -> list[dict[str, str]]:

@@ -27,6 +27,7 @@ from .prompts import render
 from .rules_exec import command_mismatch, privilege_escalation, unexpected_shell
 from .rules_files import canary_touched, persistence_write, result_text, sensitive_file_read
 from .rules_integrity import request_mismatch, result_tampered, undeclared_request
+from .rules_lost import lost_events
 from .rules_net import incomplete_tree, unexpected_network
 from .rules_pre import NEEDS_TASK, PRE_RULES
 from .rules_process import process_control
@@ -52,6 +53,7 @@ POST_RULES: tuple[tuple[str, PostRule], ...] = (
     ("result-injection", result_injection),
     ("secret-in-result", secret_in_result),
     ("incomplete-tree", incomplete_tree),
+    ("lost-events", lost_events),
     ("request-mismatch", request_mismatch),
     ("undeclared-request", undeclared_request),
     ("result-tampered", result_tampered),

@@ -210,6 +210,19 @@ class IncompleteTreeSpec(RuleSpec):
     mode: Mode = "observe"
 
 
+LOST_KINDS = (
+    "exec", "open_write", "connect", "net_sent", "dns_send", "rename", "unlink", "symlink",
+    "link", "chmod", "signal", "memfd", "blind", "killed", "window_overflow",
+)  # fmt: skip
+
+
+class LostEventsSpec(RuleSpec):
+    # the kinds whose lost records (this sandbox's, in the call's window) deny: what could
+    # hide an effect (rules_lost.py). `open` (reads) is not in it: what a read returns is
+    # judged in the result; `window_overflow` is the window's own event limit.
+    kinds: list[str] = msgspec.field(default_factory=lambda: list(LOST_KINDS))
+
+
 class DestructiveCallSpec(RuleSpec):
     mode: Mode = "observe"  # the tool's own word (its name): recorded until proven precise
 
@@ -292,6 +305,8 @@ class RulesSpec(_Strict):
     incomplete_tree: IncompleteTreeSpec = msgspec.field(
         name="incomplete-tree", default_factory=IncompleteTreeSpec
     )
+    # fail closed: records of this sandbox lost in the kernel (a flood) in a call's window
+    lost_events: LostEventsSpec = msgspec.field(name="lost-events", default_factory=LostEventsSpec)
     # stdio integrity (rules_integrity.py): the kernel-witnessed request and response
     request_mismatch: RuleSpec = msgspec.field(name="request-mismatch", default_factory=RuleSpec)
     undeclared_request: RuleSpec = msgspec.field(

@@ -52,6 +52,12 @@ def register(sub: Any) -> None:
         "(repeatable; never logged; $MTGUARD_UPSTREAM_TOKEN sets a bearer token without "
         "putting it in argv)",
     )
+    p.add_argument(
+        "--session",
+        metavar="NAME",
+        help="the agent session this server joins: the cross-server rules see every server "
+        "of it (default: the host process's, so one host's proxies share one; 'off': none)",
+    )
     p.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_CMD...")
     p.set_defaults(func=handler)
 
@@ -207,16 +213,20 @@ def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, 
 
 
 def handler(args: argparse.Namespace) -> int:
+    import os
+
     import trio
 
     from ..proxy.stdio import serve_stdio
 
     url, headers = upstream_from_args(args)
     config = config_from_args(args)
+    if args.session or config.session is None:  # one host's proxies: one session
+        from ..agent.session_client import session_name
+
+        config.session = session_name(args.session, os.getppid())
     command = [] if url else server_command(args)
     if args.listen:
-        import os
-
         from ..proxy.http import parse_listen, serve_http
 
         host, port = parse_listen(args.listen)

@@ -101,6 +101,8 @@ MAX_PDIRS = 1024
 # open, rename, link or symlink onto a name under it; these bits narrow the names
 ACT_ONE_LEVEL = 32  # ... to the files directly in it
 ACT_PTH = 64  # ... to names ending in `.pth`
+LOST_SLOTS = 64  # `cg_lost`: lost records per cgroup, by kind (slot = Kind) ...
+LOST_OPEN_WRITE = 63  # ... and a writing open in a slot of its own
 O_ANY_WRITE = 0o1103  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
 # EV_SIGNAL's syscalls (a3 & 0xff)
 SIG_KILL, SIG_TKILL, SIG_TGKILL, SIG_PIDFD, SIG_QUEUE, SIG_TGQUEUE = 1, 2, 3, 4, 5, 6
@@ -188,6 +190,8 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         MAX_PDIRS=MAX_PDIRS,
         ACT_ONE_LEVEL=ACT_ONE_LEVEL,
         ACT_PTH=ACT_PTH,
+        LOST_SLOTS=LOST_SLOTS,
+        LOST_OPEN_WRITE=LOST_OPEN_WRITE,
         ACT_WAKE=ACT_WAKE,
         ACT_KILL_OPEN=ACT_KILL_OPEN,
         ACT_KILL_EXEC=ACT_KILL_EXEC,

@@ -28,6 +28,7 @@ from .kinds import (
     CG_WATCHED,
     EV_MAX,
     KEY_PATH_MAX,
+    LOST_OPEN_WRITE,
     NAMED_TRACEPOINTS,
     PDIR_PATH_MAX,
     Kind,
@@ -234,6 +235,23 @@ class BpfProgram:
             del self._cgroups[self._cgroups.Key(cgroup_id)]
         except KeyError:
             pass
+        lost = self._bpf["cg_lost"]
+        try:
+            del lost[lost.Key(cgroup_id)]
+        except KeyError:
+            pass
+
+    def lost(self, cgroup_id: int) -> dict[str, int]:
+        """Records of one cgroup lost in the kernel since it was watched, per kind
+        (`open_write`: a writing open), only non-zero ones."""
+        table = self._bpf["cg_lost"]
+        try:
+            counts = list(table[table.Key(cgroup_id)].n)
+        except KeyError:
+            return {}
+        names = {int(k): k.name.lower() for k in Kind}
+        names[LOST_OPEN_WRITE] = "open_write"
+        return {names.get(i, f"kind_{i}"): n for i, n in enumerate(counts) if n}
 
     def drops(self) -> dict[str, int]:
         """Failed ring-buffer reservations since load, per event kind (only non-zero ones)."""

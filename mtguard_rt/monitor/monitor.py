@@ -255,6 +255,12 @@ class Monitor:
     def drops(self) -> dict[str, int]:
         return self.program.drops()
 
+    def lost(self, cgroup_id: int) -> dict[str, int] | None:
+        """One cgroup's records lost in the kernel, per kind (`BpfProgram.lost`); None when
+        the program cannot tell (an agent's that does not count per cgroup)."""
+        lost = getattr(self.program, "lost", None)
+        return lost(cgroup_id) if callable(lost) else None
+
     def stats(self) -> dict[str, object]:
         return {
             "drops": self.drops(),

@@ -85,6 +85,7 @@ class Window:
         self._changed = anyio.Event()
         self._tree: BehaviorTree | None = None
         self._drops_at_open = monitor.drops()
+        self._lost_at_open = monitor.lost(cgroup_id)  # this sandbox's own (None: unknown)
         self.raw_events: list[RawEvent] | None = [] if record_raw else None
         self.seeds: list[SeedProcess] = []
         self.on_event = on_event
@@ -231,6 +232,15 @@ class Window:
             if proc is not None and self.on_event is not None:
                 self.on_event(self, proc.node, msg)
 
+    def _own_lost(self) -> dict[str, int] | None:
+        """This cgroup's records lost in the kernel during the window, per kind; None when
+        the program does not count them per cgroup."""
+        if self._lost_at_open is None:
+            return None
+        now = self._monitor.lost(self.cgroup_id) or {}
+        diff = {k: n - self._lost_at_open.get(k, 0) for k, n in now.items()}
+        return {k: n for k, n in diff.items() if n > 0}
+
     def _killed_in_kernel(self, ev: RawEvent) -> None:
         proc = self._builder._procs.get(ev.pid)
         op = KILLED_OPS.get(ev.a0, "?")
@@ -303,5 +313,10 @@ class Window:
             reasons.append("the window was aborted before the call completed")
         # an unsettled window is not lossy: what ran on is marked still_running in the tree
         wall = time.time_ns() - time.monotonic_ns()
+        lost = self._own_lost()
+        if lost:
+            what = ", ".join(f"{k} {n}" for k, n in sorted(lost.items()))
+            reasons.append(f"this sandbox's records lost in the kernel: {what}")
         self._tree = self._builder.build(end, reasons, drops, wall)
+        self._tree.lost = lost or {}
         self._tree.workers = [p.node.key for p in self._builder._order if p.spawned and p.alive]

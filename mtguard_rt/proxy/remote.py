@@ -665,6 +665,7 @@ async def open_remote(
             route=guard.servers.get,
             online="off",  # nothing is observed, so nothing can be stopped mid-call
         )
+        sup.peers = guard.session  # the agent session, as for a sandboxed server
         guard.servers[name] = sup
         try:
             yield GuardedServer(sup, upstream)

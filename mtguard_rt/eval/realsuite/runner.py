@@ -191,6 +191,8 @@ def unguarded_command(session: Session, values: dict[str, str]) -> list[str]:
 def guarded_command(session: Session, values: dict[str, str], ws: Path, audit: Path) -> list[str]:
     cmd = [sys.executable, "-m", "mtguard_rt", "proxy", "--name", session.server,
            "--workspace", str(ws), "--mount", str(SERVERS_DIR), "--audit-log", str(audit)]
+    # each session is a host of its own: no agent session shared with the suite's others
+    cmd += ["--session", f"realsuite-{os.getpid()}-{audit.stem}"[:200]]
     if session.network != "none":
         cmd += ["--network", session.network]
     for domain in session.allow_domains:
