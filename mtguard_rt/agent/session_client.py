@@ -27,16 +27,21 @@ import msgspec
 from ..audit.provenance import UntrustedLog
 from ..audit.session import MAX_RESULT_CHARS, SessionCall, SessionLog
 from .protocol import TAG_REPLY, TAG_REQUEST, FrameBuffer, Request, encode, reply_decoder
-from .sessions import MemberState, SharedCall, clip_result, clip_tools
+from .sessions import MAX_ARGS_BYTES, MemberState, SharedCall, clip_result, clip_tools
 
 EXCHANGE_TIMEOUT_S = 2.0  # one round trip to a live agent is well under 10 ms, even loaded
 CONNECT_TIMEOUT_S = 1.0
 RETRY_S = 5.0  # after a failure, the next attempt to reach the agent: not on every call
 _log = logging.getLogger(__name__)
+_enc = msgspec.msgpack.Encoder(enc_hook=repr)  # an argument msgpack cannot hold is named
 
 
 class SessionUnavailable(Exception):
     """The agent did not take part in this exchange (none, gone, slow, refused)."""
+
+
+class _NotYet(SessionUnavailable):
+    """Within `RETRY_S` of the last failure: no attempt made (nor the retry put off)."""
 
 
 @dataclass
@@ -128,12 +133,13 @@ class AgentSession:
         if self._stream is not None:
             return self._stream
         if time.monotonic() < self._retry_at:
-            raise SessionUnavailable(self.note or "the agent is unavailable")
+            raise _NotYet(self.note or "the agent is unavailable")
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             self._stream = await anyio.connect_unix(self.path)
         self._frames = FrameBuffer()
         self._members.clear()
-        self._states.clear()
+        self._states.clear()  # ids and versions are the agent's: another agent reuses them
+        self._built.clear()
         self._unsent = set(self._listings)
         return self._stream
 
@@ -160,10 +166,12 @@ class AgentSession:
                     await self._flush_listings(stream)
                     value = await step(stream)
             except (
-                OSError, TimeoutError, SessionUnavailable, ValueError, anyio.EndOfStream,
+                OSError, TimeoutError, SessionUnavailable, ValueError, TypeError,
+                anyio.EndOfStream,
                 anyio.BrokenResourceError, anyio.ClosedResourceError, msgspec.MsgspecError,
             ) as exc:  # fmt: skip
-                await self._lost(_why(exc))
+                if not isinstance(exc, _NotYet):
+                    await self._lost(_why(exc))
                 return None
             except BaseException:  # cancelled from outside mid-exchange: reconnect next time
                 self._torn = True
@@ -194,8 +202,8 @@ class AgentSession:
     async def publish(self, server: str, call: SessionCall, result: str | None) -> None:
         """A finished call (`call` as the server's `SessionLog` recorded it) and the whole
         text the agent read (`result`, clipped by the store's bound)."""
-        shared = SharedCall(seq=call.seq, tool=call.tool, arguments=call.arguments,
-                            decision=call.decision,
+        args = call.arguments if len(_enc.encode(call.arguments)) <= MAX_ARGS_BYTES else {}
+        shared = SharedCall(seq=call.seq, tool=call.tool, arguments=args, decision=call.decision,
                             result=None if result is None else clip_result(result))  # fmt: skip
 
         async def step(stream: anyio.abc.SocketStream) -> None:

@@ -218,3 +218,32 @@ def test_a_member_that_left_is_history_not_a_registry() -> None:
     peer = build_peer("notes", state, ["close_ticket"])
     assert peer.tools == {} and peer.untrusted.tools == ()  # nobody can call it any more
     assert [tool for _, tool, _ in peer.untrusted.results] == ["read_note"]  # what it said
+
+
+@pytest.mark.anyio
+async def test_a_restarted_agent_is_found_again_and_the_listing_resent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_client, "RETRY_S", 0.0)
+    sock = tmp_path / "agent.sock"
+    notes, reader = AgentSession(sock, "s"), AgentSession(sock, "s")
+    notes.listing("notes", NOTES)
+    try:
+        with anyio.fail_after(30):
+            async with serving(sock) as scope:
+                assert list((await reader.read({})).peers) == []  # nothing sent yet
+                await notes.publish("notes", _shared("read_note", "one"), "one")
+                assert list((await reader.read({})).peers) == ["notes"]
+                scope.cancel()
+            sock.unlink()
+            assert (await notes.read({})).note != ""  # gone: noted
+            async with serving(sock):
+                await notes.publish("notes", _shared("read_note", "two"), "two")
+                assert notes.note == ""  # answers again: a new member, listing sent again
+                assert (await reader.read({})).note != ""  # its old connection: found closed
+                view = await reader.read({})
+                [peer] = view.peers.values()
+                assert "read_note" in peer.tools and peer.session.calls[-1].result == "two"
+    finally:
+        await notes.aclose()
+        await reader.aclose()
