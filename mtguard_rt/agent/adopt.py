@@ -3,8 +3,9 @@
 Every sandbox carries `io.mtguard.owner = <boot id>:<pid>:<start time>` of the guard that
 made it (sandbox/lifecycle.py). A starting agent removes every one whose owner is gone (the
 guard and a previous agent SIGKILLed together leave its container running, unwatched). A
-guard's connection that ends while its process is exiting (a SIGKILLed proxy) gets the same
-sweep for that one owner once the process is dead. Removal, not adoption: the server's stdio
+guard's connection that ends while it still watches a sandbox (a SIGKILLed proxy: a guard's
+own exit gives its cgroups back first) gets the same sweep for that one owner once the
+process is dead. Removal, not adoption: the server's stdio
 belonged to the dead guard, so no one can speak MCP to it again, and a sandbox nobody
 audits must not run on.
 """

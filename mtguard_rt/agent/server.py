@@ -242,9 +242,10 @@ class Agent:
             finally:
                 self.connections.discard(conn)
                 self.sessions.leave(conn)  # its members stay, as history for the others
+                died_watching = bool(conn.cgroups)  # a guard's own exit gives them back first
                 for cg in list(conn.cgroups):
                     self._release(conn, cg)
-                if self.sweeps is not None:
+                if self.sweeps is not None and died_watching:
                     self.sweeps.start_soon(self.sweep, peer)
                 else:
                     peer.close()
