@@ -240,6 +240,7 @@ class Guard:
                 from .monitor.egress import sandbox_resolvers
 
                 watch.resolvers = sandbox_resolvers(sb.pid, box.dns)  # port 53: these only
+                watch.host_network = box.network == "host" or bool(box.allow_domains)
             if box.allow_domains:  # the kernel's allowlist, attached before the server runs
                 if watch is None:
                     raise GuardError("--allow-domain needs the eBPF monitor: it enforces it")

@@ -112,6 +112,10 @@ class UnixEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     path: str
     abstract: bool = False
     result: int = 0
+    # an abstract name under the host's network: who holds the socket bound to it, looked up
+    # once the call settled (monitor/abstract_unix.py): the sandbox ("own"), another program
+    # of the host ("host"), or nobody any more ("gone"); None: not looked up
+    holder: Literal["own", "host", "gone"] | None = None
 
 
 class DnsEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -287,6 +291,8 @@ class BehaviorTree(msgspec.Struct, kw_only=True, omit_defaults=True):
     # this sandbox's own records lost in the kernel during the window, per kind (`open_write`:
     # a writing open); `drops` counts the whole monitor's, other sandboxes' floods included
     lost: dict[str, int] = msgspec.field(default_factory=dict)
+    # the sandbox shares the host's network namespace: its abstract AF_UNIX names are the host's
+    host_network: bool = False
     window_start_ns: int = 0
     window_end_ns: int = 0
     wall_offset_ns: int = 0  # add to a *_ns value to get Unix time in ns

@@ -88,9 +88,11 @@ OWN_SOCKET_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run/user")
 def foreign_unix(ctx: CallContext, view: TreeView, policy: Policy) -> list[str]:
     """Evidence for each AF_UNIX connect that reached a socket the sandbox did not make: a
     path outside its temp dirs, home and workspace that neither the call (an argument, the
-    task) names nor the policy allows (`allowed_unix`). Refused connects reached nothing;
-    abstract names are recorded in the tree only (their namespace is the sandbox's own
-    unless it shares the host's network)."""
+    task) names nor the policy allows (`allowed_unix`). Refused connects reached nothing.
+    An abstract name (`@name`) is judged only when the sandbox shares the host's network
+    (`BehaviorTree.host_network`) and another program of the host holds the socket bound to
+    it (`UnixEvent.holder`, looked up once the call settled); in its own network namespace
+    every abstract name is the sandbox's own."""
     allowed = policy.spec.rules.unexpected_network.allowed_unix
     named = {t.strip() for t in ctx.arg_texts}
     task = ctx.task_text or ""
@@ -99,6 +101,15 @@ def foreign_unix(ctx: CallContext, view: TreeView, policy: Policy) -> list[str]:
     out = []
     for p in view.tree.processes:
         for u in p.unix:
+            if u.abstract and u.result >= 0 and u.holder == "host" and view.tree.host_network:
+                if not any(fnmatch(u.path, g) for g in allowed) and not _names_abstract(
+                    u.path, task, named
+                ):
+                    out.append(
+                        f"{label(p)} connected to abstract unix socket {u.path} (the host's: "
+                        "the sandbox shares the host network)"
+                    )
+                continue
             if u.abstract or u.result < 0 or not u.path.startswith("/"):
                 continue
             path = u.path
@@ -110,6 +121,12 @@ def foreign_unix(ctx: CallContext, view: TreeView, policy: Policy) -> list[str]:
                 continue
             out.append(f"{label(p)} connected to unix socket {path} (not the sandbox's own)")
     return out
+
+
+def _names_abstract(name: str, task: str, named: set[str]) -> bool:
+    """Do the call's words name the abstract socket `@name` (with or without its `@`)?"""
+    bare = name.lstrip("@")
+    return bool(bare) and (bare in task or name in named or bare in named)
 
 
 def allowed_names(ctx: CallContext, policy: Policy) -> set[str]:

@@ -22,6 +22,7 @@ import msgspec
 
 from ..errors import MonitorError, MonitorLost
 from ..model import DeclaredCall
+from .abstract_unix import mark_holders
 from .between import BetweenFeed, BetweenPolicy
 from .decode import RawEvent
 from .kinds import ACT_KILL_MODIFY, ACT_KILL_WRITE
@@ -57,6 +58,7 @@ class Watch:
         self.eager = eager
         self.network_policy: list[str] = []  # names allowed in the kernel (egress.py): trees
         self.resolvers: list[str] | None = None  # the sandbox's resolvers (egress.py): trees
+        self.host_network = False  # the sandbox shares the host's network namespace: trees
         # online enforce with kernel kills (guard.py): each window gates the MCP stdin, so a
         # swapped or replayed call is killed before the server acts on it (window.py)
         self.gate_stdin = False
@@ -187,6 +189,9 @@ class Watch:
             for t in (tree, tree.between if tree is not None else None):
                 if t is not None and self.resolvers:
                     t.resolvers = list(self.resolvers)
+                if t is not None:
+                    t.host_network = self.host_network
+                    mark_holders(t, self.cgroup_path)  # abstract names: the host's or its own
             if self.cgroup_id in mon._watched:  # until the next window: the between-call record
                 mon._tails[self.cgroup_id] = tail = (
                     Tail.after(win)
