@@ -6,7 +6,9 @@ with its working dir in tmp; the guard exports to it with its ordinary OTLP/HTTP
 server (real Docker sandbox, real eBPF monitor) come back from Phoenix's REST API
 (`/v1/projects/{project}/spans/otlpv1`) with the tree's parent/child structure, file and
 network events and the denial; real headless Chromium renders the denied trace in Phoenix's
-UI (the DOM names its spans) and screenshots it (a PNG that is not a blank frame).
+UI (its DOM holds the span tree, level by level as in the record) and screenshots it (a PNG
+that is not a blank frame). Phoenix's OTLP/gRPC listener (a free port; unused here) binds
+every interface whatever PHOENIX_HOST says: it lives only as long as the test.
 """
 
 from __future__ import annotations
