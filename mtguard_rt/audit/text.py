@@ -124,8 +124,16 @@ def _tokens(text: str) -> list[str]:
             t = t.split("=", 1)[1]
         if t:
             out.append(t)
-            if t[-1] in ".:!?" and len(t.rstrip(".:!?")) > 1:
-                out.append(t.rstrip(".:!?"))  # a path that ends a sentence ("show ~/.ssh/config.")
+    return out
+
+
+def _sentence_ends(toks: list[str]) -> list[str]:
+    """Each token, and one that ends a sentence also without its stop ("show ~/.ssh/config.")."""
+    out: list[str] = []
+    for t in toks:
+        out.append(t)
+        if t[-1] in ".:!?" and not t.endswith("..") and len(t.rstrip(".:!?")) > 1:
+            out.append(t.rstrip(".:!?"))
     return out
 
 
@@ -136,7 +144,7 @@ def names_path(texts: Iterable[str], path: str) -> bool:
     for text in texts:
         if os.path.basename(path.rstrip("/")) not in text:
             continue
-        for tok in _tokens(text):
+        for tok in _sentence_ends(_tokens(text)):
             if home and (tok.startswith("~/") or tok.startswith("$HOME/")):
                 tok = home.group(0) + tok[tok.index("/") :]
             norm = os.path.normpath(tok)
