@@ -5,7 +5,11 @@ container's stdio: the sandbox's own cost apart), and vs a second proxy with `[m
 workers = false` (the settle of before issue 13: wait for spawned processes up to the bound),
 calls interleaved one for one in the same run (so load hits all four alike).
 
-    .venv/bin/python bench/real_latency.py [--calls 150] [--repos 8]
+    .venv/bin/python bench/real_latency.py [--calls 150] [--repos 8] [--base-tree DIR]
+
+`--base-tree DIR` (a source tree of another commit, e.g. `git archive C | tar -x -C DIR`)
+replaces the fourth series with the same proxy run from DIR's code (`python -m mtguard_rt`,
+`PYTHONPATH=DIR`): a before/after of the guard's hot path in one run, calls alternating.
 
 Calls rotate git_status / git_log / git_diff_unstaged over `--repos` small repositories, so
 no identical call repeats within the repeated-call window. GitPython starts long-lived
@@ -21,9 +25,11 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +39,7 @@ from _common import ROOT, machine, ms, own_containers, pct, sandbox_client, summ
 from mtguard_rt.eval.mcp_client import open_stdio_client
 from mtguard_rt.sandbox import SandboxConfig, open_sandbox
 
-PY_SERVERS = ROOT / ".servers" / "py"
+PY_SERVERS = (ROOT / ".servers" / "py").resolve()  # a linked .servers: one mount
 GIT_SERVER = PY_SERVERS / "bin" / "mcp-server-git"
 TOOLS = ("git_status", "git_log", "git_diff_unstaged")
 SANDBOX_UID = 1000  # the example workspaces' owner (tests/e2e/test_real_servers.py)
@@ -74,26 +80,77 @@ def row(name: str, base: str, direct: list[float], guarded: list[float]) -> dict
     return {"added_p50": g50 - d50, "added_p95": g95 - d95}
 
 
-async def main(calls: int, n_repos: int) -> None:
+@contextmanager
+def _stderr_on_failure(errlog: Any) -> Iterator[None]:
+    """A run that fails shows the servers' and proxies' stderr (why one did not start)."""
+    try:
+        yield
+    except BaseException:
+        errlog.seek(0)
+        print(errlog.read()[-4000:], file=sys.stderr)
+        raise
+
+
+def _outside(walls: list[float], records: list[dict[str, Any]]) -> list[float]:
+    """Wall time minus the supervisor's total, per allowed call after warm-up (the call
+    records, in order, pair with the calls; start-up and between-call records are apart)."""
+    calls = [r for r in records if r.get("tool") in TOOLS]
+    return [w - float(r["timings_ms"]["total"]) for i, (w, r) in
+            enumerate(zip(walls, calls, strict=False)) if i >= WARMUP and r["decision"] == "allow"]
+
+
+def _cpu_ms(config: Path) -> float:
+    """User + system CPU time (ms) of the proxy started with `config` (bench only: it is
+    alive while the clients are connected)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if str(config).encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        return (int(fields[11]) + int(fields[12])) * 1000.0 / tick
+    return float("nan")
+
+
+def _stages(name: str, records: list[dict[str, Any]]) -> None:
+    kept = [r for r in [x for x in records if x.get("tool") in TOOLS][WARMUP:]
+            if r.get("decision") == "allow"]  # call records (not start-up, between)
+    for stage in ("pre", "exec", "settle", "post", "total"):
+        xs = [float(r["timings_ms"][stage]) for r in kept]
+        print(f"{name} stage {stage:7} p50 {pct(xs, .5):8.3f} p95 {pct(xs, .95):8.3f} ms")
+
+
+async def main(calls: int, n_repos: int, base_tree: str | None) -> None:
     print(f"# real_latency: {machine()}")
     if not GIT_SERVER.is_file():
         raise SystemExit(f"{GIT_SERVER} missing: run `make setup` (installs the real servers)")
     mtguard = str(ROOT / ".venv" / "bin" / "mtguard")
     with tempfile.TemporaryDirectory(prefix="mtguard-bench-") as tmp, \
-            tempfile.TemporaryFile("w+") as errlog:
+            tempfile.TemporaryFile("w+") as errlog, _stderr_on_failure(errlog):
         ws = Path(tmp) / "ws"
         repos = make_repos(ws, n_repos)
-        def proxy_cmd(name: str, extra: str) -> list[str]:
+        def proxy_cmd(name: str, extra: str, guard: list[str] | None = None) -> list[str]:
             conf = Path(tmp) / f"{name}.toml"
             conf.write_text(f'audit_log = "{tmp}/{name}.jsonl"\n[telemetry]\nexporter = "off"\n'
                             + extra)
-            return [mtguard, "proxy", "--config", str(conf), "--name", name,
+            return [*(guard or [mtguard]), "proxy", "--config", str(conf), "--name", name,
                     "--workspace", str(ws), "--mount", str(PY_SERVERS),
                     "--task", "review the state of my repositories", "--", str(GIT_SERVER)]
 
         audit = Path(tmp) / "git.jsonl"
         guarded_cmd = proxy_cmd("git", "")
-        before_cmd = proxy_cmd("before", "[monitor]\nworkers = false\n")
+        base_env = None
+        if base_tree:  # the same proxy, another commit's code
+            before_cmd = proxy_cmd("before", "", [sys.executable, "-m", "mtguard_rt"])
+            base_env = {**os.environ, "PYTHONPATH": base_tree}
+        else:
+            before_cmd = proxy_cmd("before", "[monitor]\nworkers = false\n")
         # the direct server runs as root on uid 1000's repositories: trust them, as the
         # sandbox's user (their owner) does without asking
         env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
@@ -103,14 +160,15 @@ async def main(calls: int, n_repos: int) -> None:
         before: dict[str, list[float]] = {t: [] for t in TOOLS}
         guarded: dict[str, list[float]] = {t: [] for t in TOOLS}
         denied: list[str] = []
-        in_order: list[float] = []  # guarded wall times after warm-up, in call order
+        walls: dict[str, list[float]] = {"git": [], "before": []}  # every call, in order
+        cpu0: dict[str, float] = {}
         t0 = time.perf_counter()
         async with open_stdio_client(guarded_cmd, errlog=errlog, mode="legacy",
                                      request_timeout=120) as gx, \
                 open_stdio_client([str(GIT_SERVER)], env=env, errlog=errlog, mode="legacy") as dx, \
                 AsyncExitStack() as stack:
             bx = await stack.enter_async_context(open_stdio_client(
-                before_cmd, errlog=errlog, mode="legacy", request_timeout=120))
+                before_cmd, env=base_env, errlog=errlog, mode="legacy", request_timeout=120))
             box = SandboxConfig(workspace=str(ws), mounts=[str(PY_SERVERS)])
             sb = await stack.enter_async_context(
                 open_sandbox([str(GIT_SERVER)], box, name="bench-raw-git"))
@@ -118,6 +176,8 @@ async def main(calls: int, n_repos: int) -> None:
             await raw.initialize()
             print(f"connected all four in {ms(t0, time.perf_counter()):.0f} ms")
             for i in range(calls + WARMUP):
+                if i == WARMUP:
+                    cpu0 = {name: _cpu_ms(Path(tmp) / f"{name}.toml") for name in walls}
                 tool = TOOLS[i % len(TOOLS)]
                 args = arguments(tool, repos[(i // len(TOOLS)) % len(repos)])
                 t1 = time.perf_counter()
@@ -128,15 +188,18 @@ async def main(calls: int, n_repos: int) -> None:
                     t1 = time.perf_counter()
                     result = await client.call_tool(tool, args)
                     wall = ms(t1, time.perf_counter())
+                    if client is not dx:
+                        walls["git" if client is gx else "before"].append(wall)
                     text = json.dumps(result)[:200]
                     if result.get("isError"):
-                        (denied if client is not dx else []).append(f"{tool}: {text}")
+                        label = "guarded" if client is gx else "base/before"
+                        (denied if client is not dx else []).append(f"{label} {tool}: {text}")
                         if client is dx:
                             raise SystemExit(f"the direct server failed {tool}: {text}")
                     elif i >= WARMUP:
                         out[tool].append(wall)
-                        if client is gx:
-                            in_order.append(wall)
+            cpu = {name: (_cpu_ms(Path(tmp) / f"{name}.toml") - cpu0[name]) / calls
+                   for name in walls}
         records = [json.loads(x) for x in audit.read_text().splitlines() if x.strip()]
         old = [json.loads(x) for x in (Path(tmp) / "before.jsonl").read_text().splitlines()
                if x.strip()]
@@ -153,19 +216,34 @@ async def main(calls: int, n_repos: int) -> None:
     for tool in TOOLS:
         row(tool, "sandbx", boxed[tool], guarded[tool])
     guard_only = row("all", "sandbx", every_b, every_g)
-    print("before workers (`[monitor] workers = false`: settle waits for spawned processes):")
+    if base_tree:
+        print(f"this tree vs the base tree {base_tree} (same proxy, same calls, alternating):")
+        for tool in TOOLS:
+            row(tool, "base  ", before[tool], guarded[tool])
+        row("all", "base  ", [x for t in TOOLS for x in before[t]], every_g)
+        _stages("base ", old)
+        outside_b = _outside(walls["before"], old)
+        print(f"base  outside the supervisor p50 {pct(outside_b, .5):.3f} ms "
+              f"p95 {pct(outside_b, .95):.3f} ms")
+        print(f"proxy CPU per call (user + system, after warm-up): this tree {cpu['git']:.2f} "
+              f"ms, base {cpu['before']:.2f} ms ({cpu['git'] / cpu['before']:.2f}x)")
+    print("before workers (`[monitor] workers = false`: settle waits for spawned processes):"
+          if not base_tree else "base tree vs direct:")
     every_o = [x for t in TOOLS for x in before[t]]
     for tool in TOOLS:
         row(tool, "direct", direct[tool], before[tool])
     was = row("all", "direct", every_d, every_o)
-    olds = [float(r["timings_ms"]["settle"]) for r in old[WARMUP:] if r.get("decision") == "allow"]
+    olds = [float(r["timings_ms"]["settle"]) for r in old[WARMUP:]
+            if r.get("decision") == "allow" and r.get("tool") in TOOLS]
     print(f"before: proxy stage settle p50 {pct(olds, .5):8.3f} p95 {pct(olds, .95):8.3f} ms")
-    kept = [r for r in records[WARMUP:] if r.get("decision") == "allow"]
+    kept = [r for r in [x for x in records if x.get("tool") in TOOLS][WARMUP:]
+            if r.get("decision") == "allow"]  # call records (not start-up, between)
     for stage in ("pre", "exec", "settle", "post", "total"):
         xs = [float(r["timings_ms"][stage]) for r in kept]
         print(f"proxy stage {stage:7} p50 {pct(xs, .5):8.3f} p95 {pct(xs, .95):8.3f} ms")
-    outside = [w - float(r["timings_ms"]["total"]) for w, r in zip(in_order, kept, strict=False)]
-    print(f"outside the supervisor (SDK hops, relay, audit log) p50 {pct(outside, .5):.3f} ms")
+    outside = _outside(walls["git"], records)
+    print(f"outside the supervisor (SDK hops, relay, audit log) p50 {pct(outside, .5):.3f} ms "
+          f"p95 {pct(outside, .95):.3f} ms")
     rolled = {str((r.get("rollback") or {}).get("mode")) for r in kept}
     events = [sum(len(p.get("files") or []) for p in (r.get("tree") or {}).get("processes") or [])
               for r in kept]
@@ -178,8 +256,9 @@ async def main(calls: int, n_repos: int) -> None:
             f"mcp-server-git via proxy: added p50 {total['added_p50']:+.2f} ms, p95 "
             f"{total['added_p95']:+.2f} ms (targets {TARGET_P50_MS:g}/{TARGET_P95_MS:g}: "
             f"{'met' if ok else 'MISSED'}); vs the same sandbox unguarded p50 "
-            f"{guard_only['added_p50']:+.2f} ms, p95 {guard_only['added_p95']:+.2f} ms; before "
-            f"workers: added p50 {was['added_p50']:+.2f} ms, p95 {was['added_p95']:+.2f} ms; "
+            f"{guard_only['added_p50']:+.2f} ms, p95 {guard_only['added_p95']:+.2f} ms; "
+            f"{'base tree' if base_tree else 'before workers'}: added p50 "
+            f"{was['added_p50']:+.2f} ms, p95 {was['added_p95']:+.2f} ms; "
             f"{len(denied)} denied; {workers} calls left workers")
 
 
@@ -187,5 +266,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=150)
     parser.add_argument("--repos", type=int, default=8)
+    parser.add_argument("--base-tree", help="a source tree to run the fourth proxy from")
     args = parser.parse_args()
-    anyio.run(main, args.calls, args.repos, backend="trio")
+    base = os.path.abspath(args.base_tree) if args.base_tree else None
+    anyio.run(main, args.calls, args.repos, base, backend="trio")
