@@ -1,4 +1,4 @@
-"""A proxy's `initialize` latency with the host's agent up vs its own in-process monitor.
+"""A proxy's `initialize` latency: the host's agent up, in-process, direct, cold host.
 
     .venv/bin/python bench/agent_startup.py [--starts 5]
 
@@ -8,6 +8,9 @@ mode: no compile) and with MTGUARD_AGENT=off (in-process: each proxy compiles an
 own program). Measured from spawning the proxy to its `initialize` answer (the host's view:
 interpreter start, sandbox, monitor, the server's own answer), then stdin closed and the
 proxy's exit timed. Each proxy's stderr mode line is checked, so a run cannot mix modes.
+Also per round: `direct` (echo.py spawned on the host, no proxy: the floor) and `cold` (no
+agent, MTGUARD_AGENT=auto: the proxy starts one and waits for it; compared to that agent's
+own compile + load, read from its log).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import _common
 import anyio
 from _common import ECHO, EXAMPLES, fmt, machine, ms, process_client, stats, summary
 
 MTGUARD = str(Path(sys.executable).parent / "mtguard")
 AGENT_START_S = 300.0  # one bcc compile on a loaded 2-core machine
 EXIT_S = 60.0  # a proxy's exit: its sandbox's removal, bounded
+_common.TIMEOUT_S = 300.0  # a proxy's initialize: a compile on a loaded host (60 s is short)
 
 
 async def one_start(env: dict[str, str], mode: str, err: Path) -> tuple[float, float]:
@@ -48,6 +53,51 @@ async def one_start(env: dict[str, str], mode: str, err: Path) -> tuple[float, f
     return ms(t0, t1), ms(t1, t2)
 
 
+async def direct_start() -> float:
+    """`python echo.py` on the host, no proxy, no sandbox: spawn -> initialize answered."""
+    t0 = time.perf_counter()
+    proc = await anyio.open_process(ECHO, stderr=subprocess.DEVNULL)
+    async with proc:
+        await process_client(proc).initialize()
+        t1 = time.perf_counter()
+        assert proc.stdin is not None
+        await proc.stdin.aclose()
+        with anyio.fail_after(EXIT_S):
+            await proc.wait()
+    return ms(t0, t1)
+
+
+async def cold_start(tmp: Path, i: int) -> tuple[float, float]:
+    """A cold host (no agent) with MTGUARD_AGENT=auto: the proxy starts the agent and waits
+    for it. (spawn -> initialize answered, the agent's own compile + load) in ms; the agent
+    is stopped after."""
+    from mtguard_rt.agent.client import connect_agent
+    from mtguard_rt.agent.protocol import Request
+    from mtguard_rt.errors import MonitorLost
+
+    sock = tmp / f"cold-{i}" / "run" / "agent.sock"
+    state = tmp / f"cold-{i}" / "state"
+    env = {**os.environ, "MTGUARD_AGENT": "auto", "MTGUARD_AGENT_SOCKET": str(sock),
+           "XDG_STATE_HOME": str(state)}  # fmt: skip
+    init, _ = await one_start(env, "agent", tmp / f"err-cold-{i}")
+    said = (tmp / f"err-cold-{i}").read_text()
+    if "started on demand" not in said:
+        raise RuntimeError(f"the cold proxy did not start the agent: {said!r}")
+    log = (state / "mtguard" / "agent.log").read_text()
+    load_ms = float(log.split("program loaded in ")[1].split(" ms")[0])
+    program = connect_agent(sock)
+    try:
+        program.call(Request(op="stop"))
+    except MonitorLost:
+        pass  # it closed before its reply went out
+    finally:
+        program.close()
+    with anyio.fail_after(EXIT_S):
+        while sock.exists():  # noqa: ASYNC110 - another process's exit: nothing to wait on
+            await anyio.sleep(0.1)
+    return init, load_ms
+
+
 async def main(starts: int) -> None:
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="mtguard-agent-bench-") as tmp:
@@ -56,6 +106,10 @@ async def main(starts: int) -> None:
         agent = subprocess.Popen(  # noqa: ASYNC220 - the agent outlives every measured start
             [MTGUARD, "agent", "run", "--socket", str(sock)], stdout=subprocess.PIPE, text=True
         )
+        modes = ("agent", "in-process", "direct", "cold")
+        init: dict[str, list[float]] = {m: [] for m in modes}
+        exits: dict[str, list[float]] = {"agent": [], "in-process": []}
+        cold_load: list[float] = []
         try:
             assert agent.stdout is not None
             with anyio.fail_after(AGENT_START_S):
@@ -65,8 +119,6 @@ async def main(starts: int) -> None:
             print(f"agent up in {ms(t0, time.perf_counter()):.0f} ms: {line.strip()}")
             on = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
             off = {**os.environ, "MTGUARD_AGENT": "off", "MTGUARD_AGENT_SOCKET": str(sock)}
-            init: dict[str, list[float]] = {"agent": [], "in-process": []}
-            exits: dict[str, list[float]] = {"agent": [], "in-process": []}
             for i in range(starts):
                 for mode, env in (("agent", on), ("in-process", off)):
                     a, b = await one_start(env, mode, Path(tmp) / f"err-{mode}-{i}")
@@ -74,19 +126,31 @@ async def main(starts: int) -> None:
                     exits[mode].append(b)
                     print(f"  {mode:<10} start {i + 1}: initialize {a:7.0f} ms, exit {b:6.0f} ms",
                           flush=True)  # fmt: skip
+                init["direct"].append(await direct_start())
+                print(f"  direct     start {i + 1}: initialize {init['direct'][-1]:7.0f} ms")
+                a, load_ms = await cold_start(Path(tmp), i)
+                init["cold"].append(a)
+                cold_load.append(load_ms)
+                print(f"  cold       start {i + 1}: initialize {a:7.0f} ms (its agent's compile "
+                      f"+ load {load_ms:.0f} ms)", flush=True)  # fmt: skip
         finally:
             agent.terminate()
             agent.wait(60)
             if agent.stdout is not None:
                 agent.stdout.close()
-    for mode in init:
+    for mode in modes:
         print(f"{mode:<10} initialize: {fmt(stats(init[mode]))}")
+    for mode in exits:
         print(f"{mode:<10} exit:       {fmt(stats(exits[mode]))}")
-    p_on, p_off = stats(init["agent"])["p50"], stats(init["in-process"])["p50"]
+    print(f"cold agent compile + load: {fmt(stats(cold_load))}")
+    p = {mode: stats(init[mode])["p50"] for mode in modes}
+    over = [a - b for a, b in zip(init["cold"], cold_load, strict=True)]
     summary(
         "agent_startup",
-        f"proxy initialize p50 {p_on:.0f} ms with the agent vs {p_off:.0f} ms in-process "
-        f"({p_off / p_on:.1f}x), n={starts} each",
+        f"proxy initialize p50: agent up {p['agent']:.0f} ms, in-process {p['in-process']:.0f} "
+        f"ms ({p['in-process'] / p['agent']:.1f}x), direct (no proxy) {p['direct']:.0f} ms, "
+        f"cold host on demand {p['cold']:.0f} ms = its agent's compile + "
+        f"{stats(over)['p50']:.0f} ms (p50); n={starts} each",
     )
 
 
