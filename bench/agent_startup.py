@@ -98,6 +98,22 @@ async def cold_start(tmp: Path, i: int) -> tuple[float, float]:
     return init, load_ms
 
 
+async def cold_only(starts: int) -> None:
+    """Only cold starts (`--cold-only`): each against its own agent's compile + load."""
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="mtguard-agent-bench-") as tmp:
+        init, load = [], []
+        for i in range(starts):
+            a, load_ms = await cold_start(Path(tmp), i)
+            init.append(a)
+            load.append(load_ms)
+            print(f"  cold start {i + 1}: initialize {a:7.0f} ms (its agent's compile + load "
+                  f"{load_ms:.0f} ms)", flush=True)  # fmt: skip
+    over = [a - b for a, b in zip(init, load, strict=True)]
+    summary("agent_startup_cold", f"cold host on demand: initialize p50 {stats(init)['p50']:.0f} "
+            f"ms = its agent's compile + {stats(over)['p50']:.0f} ms (p50), n={starts}")
+
+
 async def main(starts: int) -> None:
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="mtguard-agent-bench-") as tmp:
@@ -157,5 +173,6 @@ async def main(starts: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--cold-only", action="store_true", help="only cold-host starts")
     args = parser.parse_args()
-    anyio.run(main, args.starts, backend="trio")
+    anyio.run(cold_only if args.cold_only else main, args.starts, backend="trio")

@@ -215,6 +215,13 @@ def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, 
 def handler(args: argparse.Namespace) -> int:
     import os
 
+    from ..agent.client import agent_on_demand
+
+    if agent_on_demand() and args.upstream is None:  # its compile overlaps our imports
+        from ..agent.protocol import agent_socket_path
+        from ..agent.spawn import start_early
+
+        start_early(agent_socket_path())
     import trio
 
     from ..proxy.stdio import serve_stdio

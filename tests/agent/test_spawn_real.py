@@ -100,3 +100,37 @@ def test_an_agent_not_ready_in_time_is_killed_and_the_guard_goes_in_process(
     program, mode = open_agent_program(spawn=True)
     assert program is None and mode == f"monitor: in-process (no agent at {private})"
     assert not private.exists()
+
+
+def test_an_agent_started_early_is_the_one_a_guard_waits_for(
+    private: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mtguard proxy` starts it before its own imports (start_early); the guard's later
+    open waits for that one and lets the lock go."""
+    import fcntl
+
+    from mtguard_rt.agent import spawn
+
+    monkeypatch.setenv("MTGUARD_AGENT", "auto")
+    spawn.start_early(private)
+    assert len(spawn._early) == 1
+    (_lock, proc, _ready) = spawn._early[0]
+    spawn.start_early(private)  # once per process
+    assert len(spawn._early) == 1
+    program, mode = open_agent_program(spawn=True)
+    try:
+        assert program is not None and program.agent_pid == proc.pid, mode
+        assert "started on demand" in mode and not spawn._early
+        lock = os.open(private.parent / "agent.lock", os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go: free to take
+        finally:
+            os.close(lock)
+    finally:
+        if program is not None:
+            try:
+                program.call(Request(op="stop"))
+            except Exception:
+                pass  # it closed before its reply went out
+            program.close()
+        proc.wait(60)
