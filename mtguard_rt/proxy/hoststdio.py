@@ -42,15 +42,10 @@ class FdLines:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._buf = b""
+        self._buf = bytearray()
 
     async def __aiter__(self) -> AsyncIterator[str]:
         while True:
-            cut = self._buf.find(b"\n")
-            if cut >= 0:
-                line, self._buf = self._buf[: cut + 1], self._buf[cut + 1 :]
-                yield line.decode("utf-8", errors="replace")
-                continue
             await anyio.wait_readable(self.fd)
             try:
                 chunk = os.read(self.fd, READ_SIZE)
@@ -58,10 +53,18 @@ class FdLines:
                 continue
             if not chunk:  # EOF: a last line without its newline still counts
                 if self._buf:
-                    rest, self._buf = self._buf, b""
+                    rest = bytes(self._buf)
+                    self._buf.clear()
                     yield rest.decode("utf-8", errors="replace")
                 return
+            start = len(self._buf)
             self._buf += chunk
+            cut = self._buf.find(b"\n", start)  # only the new bytes: a long line stays linear
+            while cut >= 0:
+                line = bytes(self._buf[: cut + 1])
+                del self._buf[: cut + 1]
+                yield line.decode("utf-8", errors="replace")
+                cut = self._buf.find(b"\n")
 
 
 class FdWriter:

@@ -43,6 +43,27 @@ async def test_lines_split_across_reads_and_at_eof() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_line_of_megabytes_arrives_whole() -> None:
+    """A line far longer than one read (a 16 MB argument is tested end to end in e2e)."""
+    r, w = os.pipe()
+    line = '{"blob": "' + "z" * (3 << 20) + '"}\n'
+    got: list[str] = []
+
+    async def read() -> None:
+        got.extend(await _lines(r))
+
+    with anyio.fail_after(WAIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            writer = FdWriter(w)
+            await writer.write(line + "next\n")
+            await writer.flush()
+            os.close(w)
+    os.close(r)
+    assert got == [line, "next\n"]
+
+
+@pytest.mark.anyio
 async def test_a_large_write_waits_for_the_reader_without_blocking_the_loop() -> None:
     r, w = os.pipe()
     payload = json.dumps({"data": "x" * (1 << 20)})  # far more than a pipe holds (64 KiB)
