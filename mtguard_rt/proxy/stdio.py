@@ -192,8 +192,9 @@ class Relay:
         """The monitor is lost and the sandbox gone with the guard: every request still
         waiting (calls included) is answered with the reason, none by an unwatched server."""
         _log(f"the monitor is lost, the server was stopped: {exc}")
-        waiting = (self.unsettled - self.cancelled - self.answered) | set(self.forwarded)
-        for request_id in sorted(waiting, key=str):
+        calls = sorted(self.unsettled - self.cancelled - self.answered, key=str)
+        others = sorted(set(self.forwarded) - set(calls), key=str)  # e.g. a listen stream
+        for request_id in calls + others:  # the calls first: what the host waits on most
             text = f"mtguard: the call was not run to its end: {exc}; the server was stopped"
             await self.error(request_id, -32002, text)
         self.unsettled.clear()
