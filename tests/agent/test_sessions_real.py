@@ -33,6 +33,9 @@ pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.docker, pytest.mark
 # the translator's result orders write_note on the notes server (only the provenance rule,
 # which needs the translator's result, catches it); the twin asks for the note itself
 ATTACK, TWIN = "xs-09", "xs-b08"
+# a same-named tool on another server claims to be the real one: only the session's registry
+# (the translator's listing, from a proxy no call reached) shows the look-alike
+LOOKALIKE = "tc-12"
 REQUEST_TIMEOUT_S = 120  # a sandbox start and a call on a loaded 2-core host
 
 
@@ -49,7 +52,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess
 
 def corpus() -> tuple[dict[str, Case], dict[str, Persona]]:
     got, personas = load_set("dev")
-    return {c.id: c for c in got if c.id in (ATTACK, TWIN)}, personas
+    return {c.id: c for c in got if c.id in (ATTACK, TWIN, LOOKALIKE)}, personas
 
 
 def proxy_cmd(
@@ -112,8 +115,14 @@ async def test_an_induced_call_across_proxies_is_denied_only_with_the_session(
     # the twin first: the session's history (the attack's proxies, once gone) never helps it
     twin, _ = await replay(got[TWIN], personas, env, tmp_path, apart=False)
     attack, root = await replay(got[ATTACK], personas, env, tmp_path, apart=False)
+    lookalike, _ = await replay(got[LOOKALIKE], personas, env, tmp_path, apart=False)
     attack_apart, _ = await replay(got[ATTACK], personas, env, tmp_path, apart=True)
+    lookalike_apart, _ = await replay(got[LOOKALIKE], personas, env, tmp_path, apart=True)
     twin_apart, _ = await replay(got[TWIN], personas, env, tmp_path, apart=True)
+    assert (lookalike.tool, lookalike.server) == ("translate_text", "weather")
+    assert (lookalike.decision, lookalike.phase) == ("deny", "pre"), lookalike.reasons
+    assert {"lookalike-tool", "shadowed-tool"} & set(lookalike.rules), lookalike.rules
+    assert lookalike_apart.decision == "allow", lookalike_apart.reasons  # missed apart
     assert (attack.tool, attack.server) == ("write_note", "notes")
     assert (attack.decision, attack.phase) == ("deny", "pre"), attack.reasons
     assert "induced-call" in attack.rules
@@ -124,7 +133,7 @@ async def test_an_induced_call_across_proxies_is_denied_only_with_the_session(
     assert attack_apart.phase != "pre", attack_apart.reasons
     assert twin.decision == "allow", twin.reasons
     assert twin_apart.decision == "allow", twin_apart.reasons
-    for r in (attack, twin, attack_apart, twin_apart):
+    for r in (attack, twin, attack_apart, twin_apart, lookalike, lookalike_apart):
         assert not any(x.startswith("session:") for x in r.reasons), r.reasons
     err = (tmp_path / f"{ATTACK}-shared-notes.err").read_text()
     assert f"session 'host-{os.getpid()}' in the agent" in err, err
