@@ -54,11 +54,14 @@ class Peer:
     untrusted: UntrustedLog
 
 
-def build_peer(name: str, state: MemberState, tool_names: list[str]) -> Peer:
+def build_peer(
+    name: str, state: MemberState, tool_names: list[str], history: bool | None = None
+) -> Peer:
     """A member's published state replayed into the guard's own data model. A member that
-    left is history: its calls and what they answered, not tools anyone can still call (a
-    host that restarts a server must not see its tools twice)."""
-    listing = [] if state.left else state.tools
+    left, or another start of a server already named (`history`), is history: its calls and
+    what they answered, not a second registry of the same tools (a host that restarts or
+    runs a server twice does not shadow itself)."""
+    listing = [] if (state.left if history is None else history) else state.tools
     untrusted = UntrustedLog(name)
     untrusted.listing(listing)
     log = SessionLog(name)
@@ -237,12 +240,12 @@ class AgentSession:
                                 for t in s.tools}))  # fmt: skip
         peers: dict[str, Peer] = {}
         for s in states:
-            name = s.server if s.server not in local and s.server not in peers else (
-                f"{s.server}@{s.pid}#{s.id}")  # fmt: skip
+            again = s.server in local or s.server in peers  # the same server started again
+            name = f"{s.server}@{s.pid}#{s.id}" if again else s.server
             cached = self._built.get(s.id)
             if cached is None or cached[0] != s.version or cached[1] != names or (
                 cached[2].name != name):  # fmt: skip
-                cached = (s.version, names, build_peer(name, s, list(names)))
+                cached = (s.version, names, build_peer(name, s, list(names), s.left or again))
                 self._built[s.id] = cached
             peers[name] = cached[2]
         self._built = {m: b for m, b in self._built.items() if m in self._states}

@@ -162,6 +162,8 @@ async def test_two_guards_of_one_session_see_each_other_and_not_another(tmp_path
                 # a same-named server of another proxy is named apart from the local one
                 clash = await tickets.read({"notes": ["read_note"]})
                 assert [n for n in clash.peers if n.startswith("notes@")] == list(clash.peers)
+                [again] = clash.peers.values()  # the same server twice: history, no registry
+                assert again.tools == {} and again.session.calls[-1].result == INJECTED
                 assert (await apart.read({})).peers == {}
     finally:
         for s in (notes, tickets, apart):
