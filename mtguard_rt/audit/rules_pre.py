@@ -228,6 +228,8 @@ def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
     ev: list[str] = []
     for other_server, names in ctx.tools_by_server.items():
         same = other_server == server
+        if not same and _instances(ctx, other_server):
+            continue  # the same listing twice: its pairs are judged within this server's own
         for other in names:
             if same and other == tool:
                 continue
@@ -246,6 +248,23 @@ def shadowed_tool(ctx: CallContext, policy: Policy) -> list[Violation]:
         return []
     reason = "the tool name shadows or imitates another tool"
     return [violation("shadowed-tool", policy, "pre", reason, ev)]
+
+
+def _instances(ctx: CallContext, other_server: str) -> bool:
+    """Two instances of one server (a user's `fs-work` and `fs-home`): the two list the same
+    tools (two or more: one tool copied is a shadow), each with the same description and
+    parameters. A shadow adds its tool to a listing of its own. Limit: a server that copies a
+    whole listing of another is taken for an instance of it (docs/BYPASSES.md)."""
+    mine = ctx.tools_by_server.get(ctx.call.server, [])
+    theirs = ctx.tools_by_server.get(other_server, [])
+    if len(mine) < 2 or sorted(mine) != sorted(theirs):
+        return False
+    for name in mine:
+        a = ctx.untrusted.tool(ctx.call.server, name)
+        b = ctx.untrusted.tool(other_server, name)
+        if a is None or b is None or (a.description, a.properties) != (b.description, b.properties):
+            return False
+    return True
 
 
 def _collision(ctx: CallContext, policy: Policy, other_server: str) -> bool:
