@@ -60,6 +60,23 @@ if TYPE_CHECKING:
     from .monitor import Monitor
 
 
+
+def inherit_started_by(seeded: list[tuple[int, ProcessNode]]) -> None:
+    """A seeded process no record marked, whose parent an earlier call started, is that
+    call's too: a worker's child forked where no window or between-call period saw it (the
+    gap as a window closes, a browser's helper under load) is the worker's business, not a
+    stranger's. (ppid, node) pairs; processes from before any call stay unmarked."""
+    by_pid = {node.pid: node for _ppid, node in seeded}
+    for _ in range(len(seeded)):  # one level per pass: bounded by the chain's depth
+        changed = False
+        for ppid, node in seeded:
+            parent = by_pid.get(ppid)
+            if node.started_by is None and parent is not None and parent.started_by:
+                node.started_by = parent.started_by
+                changed = True
+        if not changed:
+            return
+
 class Window:
     """Public surface: `response_arrived()`, then after exit `tree`, `events_seen`."""
 
@@ -125,13 +142,16 @@ class Window:
         """Seed the cgroup's live processes; `made`: pid -> (start_ns as /proc gives it, call
         id) of processes earlier calls of the watch spawned, to mark them `started_by` (same
         pid and start: no slack against a fork record's time, which load can delay)."""
+        seeded = []
         for sp in snapshot(self.cgroup_path):
             proc = self._builder.seed(sp)
             was = made.get(sp.pid) if made else None
             if was is not None and sp.start_ns == was[0]:
                 proc.node.started_by = was[1]
+            seeded.append((sp.ppid, proc.node))
             if self.raw_events is not None:
                 self.seeds.append(sp)
+        inherit_started_by(seeded)
 
     def made(self, call_id: str) -> dict[int, tuple[int, str]]:
         """The live processes a call made, as `_seed` takes them: those spawned in this

@@ -23,12 +23,12 @@ from mtguard_rt.audit import CallContext, load_policy
 from mtguard_rt.audit.programs import alive_as
 from mtguard_rt.audit.rules_process import process_control
 from mtguard_rt.audit.treeview import TreeView
-from mtguard_rt.model import BehaviorTree, DeclaredCall
+from mtguard_rt.model import BehaviorTree, DeclaredCall, ProcessNode
 from mtguard_rt.monitor.builder import TreeBuilder
 from mtguard_rt.monitor.decode import RawEvent
 from mtguard_rt.monitor.kinds import SIG_KILL, SIG_TARGETS, Kind
 from mtguard_rt.monitor.procfs import SeedProcess, read_process, start_as_seeded
-from mtguard_rt.monitor.window import Window
+from mtguard_rt.monitor.window import Window, inherit_started_by
 
 POLICY = load_policy()
 RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "ok"}], "isError": False}
@@ -178,3 +178,20 @@ def test_a_pid_that_now_names_a_later_process_is_not_the_worker(
     child.kill()
     child.wait(timeout=30)
     assert start_as_seeded(child.pid, seen.start_ns) is None  # gone
+
+
+def test_a_child_of_an_earlier_calls_worker_seeded_unmarked_is_that_calls() -> None:
+    # a browser an earlier call started forks a helper where no window saw it (the gap as a
+    # window closes, under load): seeded unmarked, it is the worker's, as is its own child;
+    # a process from before any call (the server, its start-up daemon) and its children stay
+    # unmarked, and a mark a record gave is kept
+    def node(pid: int, by: str | None = None) -> ProcessNode:
+        return ProcessNode(key=f"{pid}@1", pid=pid, started_by=by)
+
+    server, daemon, daemon_child = node(10), node(11), node(12)
+    browser, helper, grandchild, other = node(20, "c1"), node(21), node(22), node(23, "c2")
+    seeded = [(9, server), (10, daemon), (11, daemon_child), (10, browser),
+              (21, grandchild), (20, helper), (20, other)]  # fmt: skip
+    inherit_started_by(seeded)
+    assert (server.started_by, daemon.started_by, daemon_child.started_by) == (None,) * 3
+    assert (helper.started_by, grandchild.started_by, other.started_by) == ("c1", "c1", "c2")
