@@ -313,6 +313,6 @@ async def test_fileless_exec_from_a_memfd_is_visible() -> None:
     tree = await traced([PY, "-c", code])
     execs = [e for p in tree.processes for e in p.execs if e.argv[:1] == ["innocent-name"]]
     assert len(execs) == 1 and execs[0].result == 0
-    assert execs[0].path.startswith("fd:")  # no name to give: never guessed
+    assert execs[0].path == "/memfd:payload"  # memfd_create named the fd: what really ran
     runner = next(p for p in tree.processes if p.argv[:1] == ["innocent-name"])
     assert runner.exit_code == 0

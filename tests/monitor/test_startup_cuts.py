@@ -145,4 +145,4 @@ async def test_startup_judged_does_not_return_while_the_start_up_goes_on() -> No
 
 def _ClosedWindow() -> Any:
     """A closed window with no live process (what `begin(window)` reads of it)."""
-    return SimpleNamespace(_builder=SimpleNamespace(_order=[]))
+    return SimpleNamespace(_builder=SimpleNamespace(_order=[], call=SimpleNamespace(call_id="c1")))
