@@ -957,6 +957,19 @@ static __always_inline void read_argv(struct event *e, const char *const *argv)
     e->a2 = argc;
 }
 
+/* SIGKILL the current task at syscall enter and say so (EV_KILLED: a0 what, str1 the name) */
+static __always_inline int kill_now(const char *name, u32 what)
+{
+    bpf_send_signal(9);
+    struct event *e = new_event(EV_KILLED);
+    if (!e)
+        return 1;
+    e->a0 = what;
+    read_str1(e, name);
+    submit(e);
+    return 1;
+}
+
 /* Kill on touch: a protected exact path named by open/openat/openat2/creat/execve(at),
  * unlink/unlinkat or rename/renameat/renameat2 (as source or destination) is answered with
  * SIGKILL in the syscall-enter tracepoint, plus an EV_KILLED record (a0 = 1 open, 2 exec,
@@ -985,14 +998,7 @@ static __always_inline int kill_on_touch(const char *name, u32 act_bit, u32 what
         return 0;
     if (!(path_action(cg, name, 1) & act_bit))
         return 0;
-    bpf_send_signal(9);
-    struct event *e = new_event(EV_KILLED);
-    if (!e)
-        return 1;
-    e->a0 = what;
-    read_str1(e, name);
-    submit(e);
-    return 1;
+    return kill_now(name, what);
 }
 
 /* Kill on write in a persistence directory (the persistence CLASS of the sandbox home:
@@ -1061,14 +1067,7 @@ static __always_inline int kill_in_pdir(const char *name, u32 what)
                 return 0; /* deeper than the directory's files */
         }
     }
-    bpf_send_signal(9);
-    struct event *e = new_event(EV_KILLED);
-    if (!e)
-        return 1;
-    e->a0 = what;
-    read_str1(e, name);
-    submit(e);
-    return 1;
+    return kill_now(name, what);
 }
 
 /* rename family: the source, else the destination */
