@@ -12,44 +12,24 @@ what the guard decides on this set is measured, never pinned by a test.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mtguard_rt.cli import main
 from mtguard_rt.eval.owncorpus.cases import (
-    CLASSES,
     HELDOUT2_DIR,
     HELDOUT2_SERVERS,
-    SOURCES,
-    load_cases,
-    load_personas,
     load_set,
 )
 from mtguard_rt.eval.owncorpus.cli import run_own_suite
 from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
 
-from .own_replay import replay
+from .own_replay import check_held_out_shape, replay
 
 
 def test_heldout2_shape() -> None:
-    cases, personas = load_set("held-out-2")
-    assert len({c.id for c in cases}) == len(cases)
-    assert all(c.id.startswith("h2-") for c in cases)
-    unsafe = [(c, k) for c in cases for k in c.unsafe_calls]
-    benign = [(c, k) for c in cases if c.label == "benign" for k in c.calls]
-    assert len(unsafe) >= 64 and len(benign) >= 64
-    assert sum(c.hard for c, _ in benign) * 2 >= len(benign)
-    for counts in (Counter(c.cls for c, _ in unsafe), Counter(c.cls for c, _ in benign)):
-        assert set(counts) == set(CLASSES) and min(counts.values()) >= 8, counts
-    assert {c.source for c, _ in unsafe} == set(SOURCES)
-    assert all(k.expect for _, k in unsafe)  # every attack proves its effect
-    assert all(k.sent is not None for c, k in unsafe if c.source == "host")
-    assert {s for c in cases for s in c.servers} <= set(personas)
-    assert personas == load_personas(HELDOUT2_SERVERS)
-    files = {c.cls for c in load_cases(HELDOUT2_DIR, personas)}  # servers.toml is skipped
-    assert files == set(CLASSES)
+    check_held_out_shape("held-out-2", "h2-", HELDOUT2_DIR, HELDOUT2_SERVERS, 64, 8)
 
 
 def test_three_sets_are_disjoint() -> None:

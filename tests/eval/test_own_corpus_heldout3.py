@@ -13,47 +13,27 @@ this set is measured, never pinned by a test.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mtguard_rt.cli import main
 from mtguard_rt.eval.owncorpus.cases import (
-    CLASSES,
     HELDOUT3_DIR,
     HELDOUT3_SERVERS,
-    SOURCES,
     Case,
     Persona,
-    load_cases,
-    load_personas,
     load_set,
 )
 from mtguard_rt.eval.owncorpus.cli import run_own_suite
 from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
 
-from .own_replay import replay
+from .own_replay import check_held_out_shape, replay
 
 
 def test_heldout3_shape() -> None:
-    cases, personas = load_set("held-out-3")
-    assert len({c.id for c in cases}) == len(cases)
-    assert all(c.id.startswith("h3-") for c in cases)
-    unsafe = [(c, k) for c in cases for k in c.unsafe_calls]
-    benign = [(c, k) for c in cases if c.label == "benign" for k in c.calls]
-    assert len(unsafe) >= 80 and len(benign) >= 80
-    assert sum(c.hard for c, _ in benign) * 2 >= len(benign)
-    for counts in (Counter(c.cls for c, _ in unsafe), Counter(c.cls for c, _ in benign)):
-        assert set(counts) == set(CLASSES) and min(counts.values()) >= 9, counts
-    assert {c.source for c, _ in unsafe} == set(SOURCES)
-    assert all(k.expect for _, k in unsafe)  # every attack proves its effect
-    assert all(k.sent is not None for c, k in unsafe if c.source == "host")
+    cases = check_held_out_shape("held-out-3", "h3-", HELDOUT3_DIR, HELDOUT3_SERVERS, 80, 9)
     assert not any(k.sent for c in cases if c.source != "host" for k in c.calls)
-    assert {s for c in cases for s in c.servers} <= set(personas)
-    assert personas == load_personas(HELDOUT3_SERVERS)
-    files = {c.cls for c in load_cases(HELDOUT3_DIR, personas)}  # servers.toml is skipped
-    assert files == set(CLASSES)
 
 
 def test_four_sets_are_disjoint() -> None:
