@@ -4,8 +4,10 @@ One unix-socket connection per guard, used from the event loop thread only. Requ
 synchronous round trips bounded by RPC_TIMEOUT_S; the events that arrive before a reply are
 delivered to the sink after it (so a sink may itself make a request). `consume()` is a
 `sync`: the agent drains the kernel's ring first, so a settling window sees every record
-of its cgroup up to now, as with the in-process program. The agent gone: `MonitorLost`,
-and the guard fails closed.
+of its cgroup up to now, as with the in-process program; `lost(cgroup)` is that cgroup's
+records lost (in the kernel, or shed by the agent's bounded queue), as `BpfProgram.lost`
+counts them, so `lost-events` judges a window the same through the agent. The agent gone:
+`MonitorLost`, and the guard fails closed.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ class RemoteProgram:
         self._frames = FrameBuffer()
         self._sink: Callable[[bytes], None] | None = None
         self._pending: list[bytes] = []  # events read while waiting for a reply
-        self.lost = False  # the agent went away: it gave our cgroups back itself
+        self.gone = False  # the agent went away: it gave our cgroups back itself
         hello = self.call(Request(op="hello"))
         self.agent_pid = int(hello["pid"])
         self.load_s = float(hello["load_ms"]) / 1000
+        self.counts_lost = bool(hello.get("lost"))  # an older agent: per-cgroup losses unknown
 
     # -- the wire --------------------------------------------------------------------------
     def _recv(self, timeout: float) -> None:
@@ -72,12 +75,12 @@ class RemoteProgram:
         try:
             return self._call(req)
         except MonitorLost:
-            self.lost = True
+            self.gone = True
             raise
 
     def _release(self, req: Request) -> None:
         """A give-back request: moot once the agent is gone (it released them on EOF)."""
-        if not self.lost:
+        if not self.gone:
             self.call(req)
 
     def _call(self, req: Request) -> Any:
@@ -138,6 +141,14 @@ class RemoteProgram:
     def drops(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self.call(Request(op="drops")).items()}
 
+    def lost(self, cgroup_id: int) -> dict[str, int] | None:
+        """One cgroup's records lost since it was watched, per kind (`BpfProgram.lost`),
+        the agent's own shedding included; None from an agent that does not count them."""
+        if not self.counts_lost:
+            return None
+        got = self.call(Request(op="lost", cgroup_id=cgroup_id))
+        return {str(k): int(v) for k, v in got.items()}
+
     def has_sink(self) -> bool:
         return self._sink is not None
 
@@ -151,7 +162,7 @@ class RemoteProgram:
     def report(self, rep: CallReport) -> None:
         """One call's figures for the agent's metrics: sent, never answered. A lost agent
         is noticed by the next request, which fails the guard closed."""
-        if not self.lost:
+        if not self.gone:
             try:
                 self._sock.sendall(encode(TAG_REPORT, rep))
             except OSError:

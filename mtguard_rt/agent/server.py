@@ -7,8 +7,10 @@ however it ends (a proxy SIGKILLed), gives its cgroups back: out of the kernel f
 protected paths and wire fds forgotten; the others are served on; once its process is dead,
 the sandboxes it left are removed, as at start-up those of any dead guard (adopt.py). Each
 connection's queue of unsent bytes is bounded: past it, events are counted lost (reported as
-drops). Guards report each audited call (`M` frames); with a metrics address the agent
-serves them, and its own figures, to Prometheus (agent/metrics.py).
+drops, and per cgroup and kind beside the kernel's own per-cgroup losses: `lost`, so a
+window's `lost-events` sees what the agent shed as it sees what the kernel did). Guards
+report each audited call (`M` frames); with a metrics address the agent serves them, and its
+own figures, to Prometheus (agent/metrics.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import msgspec
 from anyio.abc import SocketAttribute
 
 from ..errors import GuardError
+from ..monitor.kinds import O_ANY_WRITE, Kind
 from ..monitor.loader import BpfProgram, load_program
 from .adopt import PeerExit, remove_orphans
 from .metrics import AgentMetrics, serve_metrics
@@ -51,6 +54,16 @@ MAX_BACKLOG = 64 << 20  # unsent bytes per connection (~200k events); more are c
 SEND_CHUNK = 1 << 20
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _log = logging.getLogger(__name__)
+_LOST_NAMES = {int(k): k.name.lower() for k in Kind}  # as `BpfProgram.lost` names them
+K_OPEN = int(Kind.OPEN)
+
+
+def lost_name(kind: int, flags: int) -> str:
+    """A lost record's kind as the kernel's per-cgroup count names it (monitor.bpf.c
+    `count_lost`: a writing open, `flags` its open flags, apart)."""
+    if kind == K_OPEN and flags & O_ANY_WRITE:
+        return "open_write"
+    return _LOST_NAMES.get(kind, f"kind_{kind}")
 
 
 class Connection:
@@ -62,12 +75,15 @@ class Connection:
         self.cgroups: set[int] = set()
         self.out = bytearray()
         self.lost = 0
+        self.lost_by_cgroup: dict[int, dict[str, int]] = {}  # cgroup -> kind -> events shed
         self.events = 0
         self.ready = anyio.Event()
 
-    def push_event(self, payload: bytes) -> None:
+    def push_event(self, payload: bytes, cgroup_id: int = 0, kind: str = "") -> None:
         if len(self.out) > MAX_BACKLOG:
             self.lost += 1
+            counts = self.lost_by_cgroup.setdefault(cgroup_id, {})
+            counts[kind] = counts.get(kind, 0) + 1
             return
         self.out += frame(TAG_EVENT, payload)
         self.events += 1
@@ -116,7 +132,7 @@ class Agent:
         if conn is None:
             self.events_unrouted += 1
             return
-        conn.push_event(self._encode(ev))
+        conn.push_event(self._encode(ev), ev.cgroup_id, lost_name(ev.kind, ev.a1))
         self._dirty.add(conn)
 
     def _flush(self) -> None:
@@ -163,7 +179,8 @@ class Agent:
     def handle(self, conn: Connection, req: Request) -> Any:
         p, op, cg = self.program, req.op, req.cgroup_id
         if op == "hello":
-            return {"pid": os.getpid(), "load_ms": round(p.load_s * 1000, 1)}
+            # `lost`: this agent answers the per-cgroup `lost` request (older ones do not)
+            return {"pid": os.getpid(), "load_ms": round(p.load_s * 1000, 1), "lost": True}
         if op == "status":
             return self.status()
         if op == "stop":
@@ -194,6 +211,11 @@ class Agent:
         if op == "remove_cgroup":
             self._release(conn, cg)
             return None
+        if op == "lost":  # the kernel's losses of this cgroup, plus what the agent shed
+            counts = dict(p.lost(cg))
+            for kind, n in conn.lost_by_cgroup.get(cg, {}).items():
+                counts[kind] = counts.get(kind, 0) + n
+            return counts
         if op == "protect":
             return p.protect(cg, req.paths)
         if op == "actions":
@@ -211,6 +233,7 @@ class Agent:
 
     def _release(self, conn: Connection, cgroup_id: int) -> None:
         conn.cgroups.discard(cgroup_id)
+        conn.lost_by_cgroup.pop(cgroup_id, None)  # as the kernel's count: from 0 when re-added
         if self.owner.get(cgroup_id) is conn:
             del self.owner[cgroup_id]
             self.program.remove_cgroup(cgroup_id)

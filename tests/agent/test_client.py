@@ -41,7 +41,27 @@ def test_events_around_a_reply_all_reach_the_sink_in_order() -> None:
     theirs.close()
     with pytest.raises(MonitorLost, match="the agent at /x is gone"):
         program.drops()
-    assert program.lost
+    assert program.gone
     program.remove_cgroup(7)  # moot once the agent is gone: it gave the cgroup back itself
     program.wire_forget(7)
     program.close()
+
+
+def test_lost_is_asked_of_an_agent_that_counts_it_and_unknown_from_one_that_does_not() -> None:
+    ours, theirs = socket.socketpair()
+    theirs.sendall(encode(TAG_REPLY, Reply(value={"pid": 1, "load_ms": 1.0, "lost": True})))
+    program = RemoteProgram(ours, Path("/x"))
+    theirs.recv(1 << 16)  # the hello
+    theirs.sendall(encode(TAG_REPLY, Reply(value={"open_write": 3, "exec": 1})))
+    assert program.lost(7) == {"open_write": 3, "exec": 1}
+    req = request_decoder.decode(theirs.recv(1 << 16)[5:])
+    assert req.op == "lost" and req.cgroup_id == 7
+    program.close()
+    theirs.close()
+
+    ours, theirs = socket.socketpair()  # an older agent: the window's losses stay unknown
+    theirs.sendall(encode(TAG_REPLY, Reply(value={"pid": 1, "load_ms": 1.0})))
+    program = RemoteProgram(ours, Path("/x"))
+    assert program.lost(7) is None
+    program.close()
+    theirs.close()

@@ -1,0 +1,91 @@
+"""Lost events through a real agent (root, eBPF, Docker): `mtguard agent run` with a 16-page
+ring (64 KiB) serves a library guard in enforce mode. A call that floods writing opens sheds
+records of its own sandbox in the agent's kernel ring; the guard asks the agent for its
+cgroup's losses per kind (`lost`) as the in-process monitor reads them, and `lost-events`
+denies the call (its result withheld), while a small call on the same ring is allowed."""
+
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mtguard_rt import CallDenied, open_guard
+
+from ..e2e.conftest import SERVERS, online_guard_config
+
+pytestmark = [
+    pytest.mark.root, pytest.mark.bpf, pytest.mark.docker, pytest.mark.anyio,
+    pytest.mark.timeout(600),  # the agent's compile (AGENT_START_S) and two bounded calls
+]  # fmt: skip
+
+MTGUARD = str(Path(sys.executable).parent / "mtguard")
+AGENT_START_S = 240  # one bcc compile on a loaded 2-core host (10-15 s quiet)
+CALL_BOUND_S = 90.0
+RING_PAGES = 16
+FLOOD = "for i in $(seq 20000); do echo x > /tmp/f$i; done; echo flooded"
+SMALL = "echo x > /tmp/one; echo small"
+TASK = "Write the scratch files"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "trio"  # one backend: the agent's compile is the cost
+
+
+@pytest.fixture
+def small_ring_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`mtguard agent run` with a small ring, the guards of this test pointed at it."""
+    sock = tmp_path / "run" / "agent.sock"
+    with (tmp_path / "agent.err").open("w") as errlog:
+        agent = subprocess.Popen(
+            [MTGUARD, "agent", "run", "--socket", str(sock), "--ring-pages", str(RING_PAGES)],
+            stdout=subprocess.PIPE, stderr=errlog, text=True,
+        )  # fmt: skip
+        try:
+            assert agent.stdout is not None
+            ready, _, _ = select.select([agent.stdout], [], [], AGENT_START_S)
+            line = agent.stdout.readline() if ready else ""
+            assert "serving at" in line, (line, agent.poll())
+            monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
+            monkeypatch.setenv("MTGUARD_AGENT", "on")
+            yield sock
+        finally:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+                try:
+                    agent.wait(30)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+                    agent.wait(10)
+            if agent.stdout is not None:
+                agent.stdout.close()
+
+
+async def test_a_flood_through_the_agent_is_denied_for_its_lost_records(
+    tmp_path: Path, small_ring_agent: Path
+) -> None:
+    config = online_guard_config(tmp_path, "enforce")
+    command = [sys.executable, str(SERVERS / "terminal.py")]
+    async with open_guard(config) as guard, guard.connect(command, name="fl") as server:
+        assert guard.monitor_mode.startswith("monitor: agent"), guard.monitor_mode
+        with anyio.fail_after(CALL_BOUND_S):
+            out = await server.call_tool("run_command", {"command": SMALL}, task=TASK)
+        assert "small" in out["content"][0]["text"]
+        rec = guard.records[-1]
+        assert rec.decision == "allow" and "lost-events" not in rec.rules, rec.violations
+
+        with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
+            await server.call_tool("run_command", {"command": FLOOD}, task=TASK)
+        denied = info.value.record
+        assert denied is not None and "lost-events" in denied.rules, denied.reasons
+        (v,) = [v for v in denied.violations if v.rule == "lost-events"]
+        assert v.mode == "enforce"
+        assert any(e.startswith("open_write: ") for e in v.evidence), v.evidence
+        assert denied.tree is not None and denied.tree.lost.get("open_write", 0) > 0
