@@ -5,9 +5,13 @@ left running) is cut by the monitor's `BetweenFeed` (monitor/between.py, its pol
 how often) and becomes an `AuditRecord` of its own: a synthetic declared call (tool
 `(between calls)`, call id `<server>-between-<n>`), checked by the same post rules with no
 call arguments and no result (the task is the session's: the last call's, else the default),
-and emitted to the supervisor's sink like a call's record (it alerts as a deny does; it does
-not quarantine the server: no call is refused for it). Kills (kernel kill-on-touch, an online
-rule on a worker) are evidence. The start-up's periods (before the server's first answer) are
+and emitted to the supervisor's sink like a call's record (it alerts as a deny does). In
+enforce, a confidentiality deny (a secret or canary read by a server's thread, a timer, a
+worker: `Supervisor._quarantine_after`) or a loss (`lost-events`: a flood between calls
+hides what it did) quarantines the server, as a call's would: every later call is refused
+and nothing it sends reaches the host, so no later call hands the secret over. Other denies
+(a signal, a write) alert only. Kills (kernel kill-on-touch, an online rule on a worker) are
+evidence. The start-up's periods (before the server's first answer) are
 recorded here too, as `(startup)` records (startup.py: no task, a narrower set of rules that
 may deny, and a confidentiality deny quarantines). The task lives in the guard's per-server
 task group: cancelling that group ends it; each wait inside is bounded by the feed's policy.
@@ -24,6 +28,7 @@ import anyio.abc
 
 from .audit import CallContext
 from .audit.provenance import gather
+from .audit.rules_lost import RULE as LOST_RULE
 from .audit.session import session_view
 from .model import (
     BETWEEN_TOOL,
@@ -88,8 +93,8 @@ async def run_between(
 async def _emit(sup: Supervisor, feed: BetweenFeed, period: BetweenPeriod) -> None:
     try:
         record = await between_record(sup, period)
-        if period.startup and record.decision == "deny":
-            sup._quarantine_after(_verdict_of(record))  # a call's deny would too
+        if record.decision == "deny":
+            _quarantine(sup, record, period)
         sup.sink(record, None, None)
     except Exception as exc:  # a broken rule or sink must not end the server's guard
         _log.warning("%s: between-call record %d lost: %r", sup.name, period.seq, exc)
@@ -148,6 +153,15 @@ async def between_record(sup: Supervisor, period: BetweenPeriod) -> AuditRecord:
     record.ts = time.time() - (time.monotonic_ns() - tree.window_start_ns) / 1e9
     record.terminated = bool(period.kernel_kills or period.online_kills)
     return record
+
+
+def _quarantine(sup: Supervisor, record: AuditRecord, period: BetweenPeriod) -> None:
+    """A confidentiality deny quarantines the server (a call's would too); between calls,
+    so does a loss: the flood may have hidden a secret read the next call hands over."""
+    verdict = _verdict_of(record)
+    sup._quarantine_after(verdict)
+    if not period.startup and any(v.rule == LOST_RULE for v in verdict.denying):
+        sup.quarantine(f"{LOST_RULE} between calls")
 
 
 def _verdict_of(record: AuditRecord) -> Verdict:

@@ -11,17 +11,21 @@ event loses its place). The start-up (from the sandbox's release until `end_star
 server answered its first request, or a window opens) is cut the same way into periods marked
 `startup`; its owner says when each is judged (`judged`), and `startup_judged()` waits until
 the start-up is over and every cut of it judged. `next_periods()` is the wait its owner's
-flush task loops on.
+flush task loops on. Given its cgroup's loss count (`lost`: the kernel's, or the agent's,
+per kind), each cut carries the records lost since the last one (`BehaviorTree.lost`), from
+the moment the last window closed (`rebase`), so `lost-events` judges a flood between calls.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
 
+from ..errors import MonitorError
 from ..model import BehaviorTree, DeclaredCall
 from .builder import TreeBuilder
 from .decode import RawEvent
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 EFFECTS = frozenset(HOOKED) | {int(Kind.KILLED)}  # what makes a period worth a record soon
 K_KILLED = int(Kind.KILLED)
+LostCounts = Callable[[], "dict[str, int] | None"]  # a cgroup's lost records, per kind
 
 
 class BetweenPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -59,9 +64,13 @@ class BetweenPeriod(msgspec.Struct, kw_only=True):
 
 
 class BetweenFeed:
-    def __init__(self, server_call: DeclaredCall, policy: BetweenPolicy) -> None:
+    def __init__(
+        self, server_call: DeclaredCall, policy: BetweenPolicy, lost: LostCounts | None = None
+    ) -> None:
         self.policy = policy
         self._call = server_call
+        self._lost = lost
+        self._lost_base = self._lost_now()  # the counts the next cut's losses start from
         self._builder: TreeBuilder | None = None
         self._pending = 0  # events folded since the last cut
         self._first_ns: int | None = None  # monotonic ns of the first pending event
@@ -77,6 +86,29 @@ class BetweenFeed:
         self.in_startup = True  # until the server's first answer or the first window
         self._unjudged = 0  # start-up cuts not judged yet (`judged`)
         self._judged = anyio.Event()
+
+    # -- losses ----------------------------------------------------------------------------
+    def _lost_now(self) -> dict[str, int] | None:
+        """None: not counted, or the count failed (the monitor is lost: every later window
+        fails closed on it; a period's record is no place to raise)."""
+        try:
+            return self._lost() if self._lost is not None else None
+        except MonitorError:
+            return None
+
+    def rebase(self) -> None:
+        """A window closed (its losses are its tree's): losses count from now."""
+        self._lost_base = self._lost_now()
+
+    def _new_losses(self) -> dict[str, int]:
+        """Records of the cgroup lost since the last cut (or `rebase`), per kind."""
+        now, base = self._lost_now(), self._lost_base
+        if now is None or base is None:  # not counted (yet): from now on
+            self._lost_base = now
+            return {}
+        diff = {k: n - base.get(k, 0) for k, n in now.items()}
+        self._lost_base = now
+        return {k: n for k, n in diff.items() if n > 0}
 
     # -- fed by the tail (event loop thread, synchronous) --------------------------------
     def begin(self, window: Window | None = None) -> None:
@@ -130,9 +162,13 @@ class BetweenFeed:
         self._wake.set()
 
     def seal(self) -> None:
-        """The period ends (a window opens): what is pending is cut now."""
-        if self._pending or self._kills or self._online:
-            self._cut(ended=True)
+        """The period ends (a window opens): what is pending is cut now, and so are losses
+        with no event left to show (a flood that lost every record of its own)."""
+        lost = self._new_losses() if self.policy.enabled else {}
+        if self._pending or self._kills or self._online or lost:
+            if self._builder is None:
+                self.begin()
+            self._cut(ended=True, lost=lost)
         self._builder = None
         self._end_startup()
 
@@ -204,18 +240,24 @@ class BetweenFeed:
                 with anyio.move_on_after(max(0.0, (due - time.monotonic_ns()) / 1e9)):
                     await self._wake.wait()
 
-    def _cut(self, ended: bool, carry: bool = False) -> None:
+    def _cut(self, ended: bool, carry: bool = False, lost: dict[str, int] | None = None) -> None:
         """Cut what is pending; `carry`: a period that goes on (also `not ended`) starts the
-        next cut with the live processes."""
+        next cut with the live processes. `lost`: the losses already taken (`seal`)."""
         b = self._builder
         now = time.monotonic_ns()
-        if b is not None and (self._pending or self._kills or self._online):
+        if lost is None:
+            lost = self._new_losses() if b is not None else {}
+        if b is not None and (self._pending or self._kills or self._online or lost):
             reasons = []
             if self._overflow:
                 reasons.append(f"between-call event limit reached: {self._overflow} events lost")
+            if lost:
+                what = ", ".join(f"{k} {n}" for k, n in sorted(lost.items()))
+                reasons.append(f"this sandbox's records lost between calls: {what}")
             drops = {"window_overflow": self._overflow} if self._overflow else {}
             wall = time.time_ns() - time.monotonic_ns()
             tree = b.build(now, reasons, drops, wall)
+            tree.lost = lost
             tree.stdio = None  # the requests read meanwhile are the next window's evidence
             for node in tree.processes:  # no call to hold: a live one goes on in the next cut
                 node.still_running = False

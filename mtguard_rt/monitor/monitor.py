@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -79,7 +80,8 @@ class Watch:
         feed = feeds.get(self.cgroup_id)
         if feed is None:
             idle = DeclaredCall(call_id="between-calls", server="", tool="", arguments={})
-            feed = feeds[self.cgroup_id] = BetweenFeed(idle, self._monitor.config.between)
+            lost = partial(self._monitor.lost, self.cgroup_id)  # losses judged between calls
+            feed = feeds[self.cgroup_id] = BetweenFeed(idle, self._monitor.config.between, lost)
             tail = self._monitor._tails.get(self.cgroup_id)
             if tail is not None:
                 tail.feed = feed
@@ -193,6 +195,9 @@ class Watch:
                     t.host_network = self.host_network
                     mark_holders(t, self.cgroup_path)  # abstract names: the host's or its own
             if self.cgroup_id in mon._watched:  # until the next window: the between-call record
+                feed = mon._feeds.get(self.cgroup_id)
+                if feed is not None:
+                    feed.rebase()  # the window's losses are its tree's: count from now
                 mon._tails[self.cgroup_id] = tail = (
                     Tail.after(win)
                     if mon.config.workers
