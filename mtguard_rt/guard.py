@@ -286,7 +286,7 @@ class Guard:
                 rollback=rollback,
                 files=SandboxFiles(sb.pid),
                 kernel_writes=self._kernel_writes() if sb.canaries else [],
-                scope=ServerScope.create(box.workspace, command),
+                scope=ServerScope.create(box.workspace, command, box.mounts, box.env),
             )
             sup.peers = self.session
             self.servers[name] = sup

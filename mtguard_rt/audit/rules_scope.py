@@ -23,9 +23,11 @@ from typing import Any
 from ..model import BehaviorTree, FileEvent, ProcessNode, Violation
 from .context import CallContext
 from .policy import Policy
-from .rules_files import own_process_state, took_effect
+from .rules_files import own_process_state, reads, result_text, took_effect
 from .rules_pre import violation
+from .rules_secrets import data_reads
 from .scope import ArgPath, CallScope, LinkResolver, ServerScope, arg_paths, task_paths, under
+from .scope_reads import MAX_HOST_READS, disclosed_line, explained, host_content, on_mount
 from .text import names_path
 from .treeview import TreeView, describe, label
 
@@ -62,13 +64,14 @@ def _listing(ev: FileEvent, path: str) -> bool:
     return os.path.isdir(path)
 
 
-def _names_steps(text: str, steps: list[str]) -> bool:
-    """Are the components of `text` a run of `steps` (the last may drop its extension)? A
-    text shorter than `MIN_NAMED_STEP` names nothing (`1`, `a`)."""
+def _names_steps(text: str, steps: list[str], at: int = 0) -> bool:
+    """Are the components of `text` a run of `steps` that ends at step `at` or below it (the
+    last may drop its extension)? `docs/setup.md` names repo/docs/setup.md through a link at
+    setup.md or at docs. A text shorter than `MIN_NAMED_STEP` names nothing (`1`, `a`)."""
     want = [c for c in posixpath.normpath(text).split("/") if c not in ("", ".")]
     if not want or ".." in want or len(text) < MIN_NAMED_STEP:
         return False
-    for i in range(len(steps) - len(want) + 1):
+    for i in range(max(0, at - len(want) + 1), len(steps) - len(want) + 1):
         run = steps[i : i + len(want)]
         last = run[-1]
         if run[:-1] == want[:-1] and want[-1] in (last, posixpath.splitext(last)[0]):
@@ -100,8 +103,13 @@ def _made_links(view: TreeView, bases: tuple[str, ...]) -> set[str]:
 class _Checker:
     """One call's scope, argument paths and resolver, shared by all its events."""
 
-    def __init__(self, ctx: CallContext, server: ServerScope, view: TreeView) -> None:
+    def __init__(
+        self, ctx: CallContext, server: ServerScope, view: TreeView, result: dict[str, Any]
+    ) -> None:
         self.ctx = ctx
+        self.result = result_text(result)
+        self.data = set(data_reads(view)) if server.data_mounts else set()
+        self.host_reads = 0
         tree = self.tree = view.tree
         self.cwds = sorted({p.cwd for p in tree.processes if p.cwd and p.cwd.startswith("/")})
         self.scope = CallScope(server=server)
@@ -145,9 +153,11 @@ class _Checker:
         for link in links:
             if not under(path, link):
                 continue
-            steps = path[len(posixpath.dirname(link)) + 1 :].split("/")
+            base = next((b for b in self.scope.server.bases if under(link, b)), "/")
+            steps = [c for c in path[len(base) :].split("/") if c]
+            at = len([c for c in link[len(base) :].split("/") if c]) - 1  # the link's step
             for a in self.args:
-                if _names_steps(a.text, steps):
+                if _names_steps(a.text, steps, at):
                     return a, link
         return None
 
@@ -160,7 +170,8 @@ class _Checker:
                     return a, t
             # resolved against a base we do not know (the server's own data directory): the
             # climbed-to part, at least a directory and a name (`srv/x.json`, not `x.json`:
-            # a bare name would match the server's own package.json anywhere)
+            # a bare name would match the server's own package.json anywhere), the name
+            # perhaps without the extension the server adds (`private/vpn/ceo` for ceo.ovpn)
             rest = posixpath.normpath(a.text)
             while rest.startswith("../"):
                 rest = rest[3:]
@@ -168,10 +179,36 @@ class _Checker:
                 not a.text.startswith("/")
                 and _depth(rest) >= MIN_SUFFIX_DEPTH
                 and not rest.startswith("..")
-                and path.endswith("/" + rest)
+                and (path.endswith("/" + rest) or posixpath.splitext(path)[0].endswith("/" + rest))
             ):
                 return a, path
         return None
+
+    def unasked_read(self, ev: FileEvent, path: str, what: str) -> str | None:
+        """A read of a data mount outside the scope whose content reaches the result, which
+        nothing of the call explains (`scope_reads`)."""
+        mount = on_mount(path, self.scope.server.data_mounts)
+        if mount is None or path not in self.data or not reads(ev) or _listing(ev, path):
+            return None
+        call = self.ctx.call
+
+        def reaches(a: ArgPath) -> bool:
+            return any(_reaches(t, path) for t in self.scope.targets(a.text, self.cwds))
+
+        if explained(path, self.args, reaches, self.ctx.task_words, call.tool, call.server):
+            return None
+        content = self.ctx.read_back.get(path)
+        if content is None and self.host_reads < MAX_HOST_READS:
+            self.host_reads += 1
+            content = host_content(path, mount)
+        line = disclosed_line(content, self.result) if content and self.result else None
+        if line is None:
+            return None
+        return (
+            f"the call read {path} on the mount {mount}, outside its scope, and line {line} "
+            f"of it reaches the result; neither an argument, the task nor the tool's name "
+            f"names that file: {what}"
+        )
 
     def check(self, p: ProcessNode, ev: FileEvent, path: str) -> str | None:
         """Why this effect is an escape, or None."""
@@ -187,7 +224,7 @@ class _Checker:
             for a, t, real in self.arg_links():
                 if _reaches(real, path) and not _listing(ev, path):
                     return f"argument {a.key}={a.text!r} is {t}, a link to {real}: {what}"
-            return None
+            return self.unasked_read(ev, path, what)
         if not any(under(path, b) for b in self.scope.server.bases):
             return None  # named by the call, outside any base: nothing to resolve
         res = self.resolver.resolve(path)
@@ -195,12 +232,6 @@ class _Checker:
             return None
         if _listing(ev, res.path):
             return None
-        if (named := self.names_link(path, res.links)) is not None:
-            a, link = named
-            return (
-                f"argument {a.key}={a.text!r} names {path[len(posixpath.dirname(link)) + 1 :]!r}"
-                f" through the link {link}, which leads out of the scope to {res.path}: {what}"
-            )
         via = ", ".join(res.links) or "?"
         # the argument's own path goes through the link (`shared/x`, `assets/logo.svg`); a
         # link merely below a directory it names (node_modules/x in the workspace) does not
@@ -210,6 +241,13 @@ class _Checker:
                     f"argument {a.key}={a.text!r} is {t}; through the link {via} the "
                     f"effect lands on {res.path}: {what}"
                 )
+        if (named := self.names_link(path, res.links)) is not None:
+            arg, link = named
+            step = path[len(posixpath.dirname(link)) + 1 :]
+            return (
+                f"argument {arg.key}={arg.text!r} names {step!r}"
+                f" through the link {link}, which leads out of the scope to {res.path}: {what}"
+            )
         fresh = [
             link
             for link, ctime in res.links.items()
@@ -232,7 +270,7 @@ def scope_escape(
     server = ctx.scope
     if not isinstance(server, ServerScope) or not server.bases:
         return []
-    checker = _Checker(ctx, server, view)
+    checker = _Checker(ctx, server, view, result)
     server.made |= checker.made
     lines: list[str] = []
     seen: set[tuple[str, str]] = set()

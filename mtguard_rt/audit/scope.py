@@ -1,7 +1,9 @@
 """The scope of a call: where its file effects may land (for `scope-escape`, rules_scope.py).
 
 `ServerScope` is per server: its workspace (the sandbox's read-write mount, also the server's
-working directory) and the roots it was started with (directories its command line names).
+working directory), the roots it was started with (directories its command line or its
+environment names) and its other mounts: read-only host data it was shown, not given
+(`data_mounts`: not the workspace, a root, or the mount that holds its code).
 `CallScope` adds the paths the call's task names; each argument is read as a path
 (`arg_paths`, also percent-decoded: a server may url-decode a name) to tell where it leads.
 Links in the workspace are resolved on the host side
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shutil
 import stat
 from collections import deque
 from collections.abc import Iterable
@@ -56,21 +59,59 @@ def _roots_of(command: Iterable[str]) -> list[str]:
     return found
 
 
+def _code_entries(command: list[str]) -> list[str]:
+    """Where the command's program and script arguments really are (host paths)."""
+    out: list[str] = []
+    if command:
+        program = command[0] if "/" in command[0] else shutil.which(command[0])
+        out += [os.path.realpath(program)] if program else []
+    out += [os.path.realpath(a) for a in command[1:] if a.startswith("/") and os.path.isfile(a)]
+    return out
+
+
+def _data_mounts(
+    mounts: Iterable[str], command: list[str], workspace: str | None, roots: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The mounts (paths inside: as given, normal) that hold neither the workspace's inside
+    nor a root nor the server's own code: data it can see but was not given."""
+    code = _code_entries(command)
+    out: list[str] = []
+    for m in mounts:
+        inside = posixpath.normpath(os.path.abspath(m))
+        real = os.path.realpath(m)
+        if inside == "/" or (workspace and under(inside, workspace)):
+            continue
+        if any(under(inside, r) for r in roots) or any(under(c, real) for c in code):
+            continue
+        out.append(inside)
+    return tuple(dict.fromkeys(out))
+
+
 @dataclass(eq=False)
 class ServerScope:
     """What a server was given: `workspace` (None: its home, not a grant) and `roots`;
     `made`: the symlinks the kernel saw this server make in a base during its session (a
-    link planted in one call and read through in a later one is still its own link)."""
+    link planted in one call and read through in a later one is still its own link);
+    `data_mounts`: the other read-only mounts (`scope_reads`)."""
 
     workspace: str | None = None
     roots: tuple[str, ...] = ()
     made: set[str] = field(default_factory=set)
+    data_mounts: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, workspace: str | None, command: Iterable[str] = ()) -> ServerScope:
+    def create(
+        cls,
+        workspace: str | None,
+        command: Iterable[str] = (),
+        mounts: Iterable[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> ServerScope:
         ws = posixpath.normpath(workspace) if workspace else None
-        roots = tuple(r for r in dict.fromkeys(_roots_of(command)) if r != ws and r != "/")
-        return cls(workspace=ws, roots=roots)
+        argv = list(command)
+        named = _roots_of([*argv, *(env or {}).values()])
+        roots = tuple(r for r in dict.fromkeys(named) if r != ws and r != "/")
+        return cls(workspace=ws, roots=roots, data_mounts=_data_mounts(mounts, argv, ws, roots))
 
     @property
     def bases(self) -> tuple[str, ...]:
