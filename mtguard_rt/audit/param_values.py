@@ -23,7 +23,9 @@ from .secrets import find_secrets
 from .spec import OutOfScopeParamSpec, ParamKindSpec
 
 RULE = "out-of-scope-param"
-CARRIERS = frozenset({"conversation", "tools", "credential", "token", "prompt", "personal"})
+CARRIERS = frozenset(
+    {"conversation", "tools", "credential", "token", "password", "card", "prompt", "personal"}
+)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TURN = re.compile(r"(?im)^\s*(user|assistant|system|human|ai|model)\s*:")
 _EMAIL = re.compile(r"[^@\s<>()\[\],;:\"']+@[^@\s<>()\[\],;:\"']+\.[A-Za-z]{2,}")
@@ -31,6 +33,9 @@ _EMAIL = re.compile(r"[^@\s<>()\[\],;:\"']+@[^@\s<>()\[\],;:\"']+\.[A-Za-z]{2,}"
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-+/=.~]{15,}")
 _JWT = re.compile(r"\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-+/=.~]{12,}")
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_PASSWORD = re.compile(r"\S{8,64}")
+MIN_PASSWORD_CLASSES = 3  # of lower case, upper case, digits, symbols: "Qx7!mVt2pL9w" has 4
 MIN_ENTROPY = 3.0  # bits per character of a token-shaped run (English words score lower)
 MIN_SWITCHES = 4  # letter/digit alternations in it ("a1b2c3..."; "report-2026-10" has 2)
 MIN_PERSONAL_CHARS = 6  # the shortest value that counts as the user's words copied
@@ -171,6 +176,36 @@ def _copied(value_words: list[str], source: list[str], n: int) -> int:
     return best
 
 
+def card_number(text: str) -> str | None:
+    """A payment card number in `text`: 13 to 19 digits (spaces or dashes between groups
+    allowed) whose Luhn check digit is right, else None."""
+    for m in _CARD.finditer(text):
+        digits = [int(c) for c in m.group(0) if c.isdigit()]
+        total = sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2)
+                    for i, d in enumerate(reversed(digits)))  # fmt: skip
+        if total % 10 == 0 and len(set(digits)) > 1:
+            return m.group(0)
+    return None
+
+
+def _password_shaped(text: str) -> str | None:
+    """A value that looks like a password: one run of 8 to 64 characters without spaces,
+    holding a letter, a digit and at least `MIN_PASSWORD_CLASSES` of the four character
+    classes; not a path, an address or a URL."""
+    text = text.strip()
+    if not _PASSWORD.fullmatch(text) or "/" in text or "@" in text or "://" in text:
+        return None
+    classes = [
+        any(c.islower() for c in text),
+        any(c.isupper() for c in text),
+        any(c.isdigit() for c in text),
+        any(not c.isalnum() for c in text),
+    ]
+    if not (classes[2] and (classes[0] or classes[1])) or sum(classes) < MIN_PASSWORD_CLASSES:
+        return None
+    return text
+
+
 def _entropy(text: str) -> float:
     counts = Counter(text)
     return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
@@ -236,11 +271,15 @@ class CallValues:
         if "token" in carriers and not any(o.startswith("secret material") for o in out):
             if tok := _token_shaped(value):
                 out.append(f"a token-shaped value {_redacted(tok)}")
+        if "password" in carriers and not out and (pw := _password_shaped(value)):
+            out.append(f"a password-shaped value {_redacted(pw)}")
+        if "card" in carriers and (card := card_number(value)):
+            out.append(f"a payment card number (Luhn-valid, {_redacted(card)})")
         if "prompt" in carriers and self.rc.prompt is not None:
             if m := self.rc.prompt.search(value):
                 out.append(f"a system prompt's text {snip(m.group(0))}")
-        if "personal" in carriers:
-            out += self._personal(value)
+        if "personal" in carriers and not any(o.startswith("a payment card") for o in out):
+            out += self._personal(value)  # a card's digits are no phone number
         return out
 
     def _conversation(self, value: str) -> list[str]:

@@ -3,13 +3,14 @@ hands it over (pre-execution, pure).
 
 Three questions, none answered from a server's or a tool's literal name:
 1. what a parameter asks for: its name's words against the policy's kinds (`conversation`,
-   `user_request`, `system_prompt`, `tool_list`, `session_token`, `requester_phone`, ...);
-   a value among the schema's own `enum` options is a declared choice, never data;
+   `user_request`, `system_prompt`, `tool_list`, `session_token`, `requester_phone`, ...),
+   and what the tool's description defines it as (both: `session_notes` "paste the full
+   conversation"); a value among the schema's own `enum` options is a declared choice;
 2. what the value carries: text copied from the task or history beyond a short quote, or
    written as transcript turns; the names of the session's tools; a secret (`secrets`'
-   detector, the policy's `secret_patterns`) or, where the kind allows it (a parameter that
-   asks for a credential), any token-shaped value; a system prompt's text; the user's
-   phone, e-mail or own words;
+   detector, the policy's `secret_patterns`) or, where the kind allows it, any token-shaped
+   value, a password-shaped one (a password parameter), a Luhn-valid card number (a card
+   parameter, even as bare digits); a system prompt's text; the user's phone, e-mail or words;
 3. whether the task asks for that data to go to a tool (the kind's task words: "my phone",
    "log in with this token", "the conversation"), or the tool's declared job needs it (its
    name's words: `login`, `add_contact`; never for data the parameter calls the user's or
@@ -27,7 +28,17 @@ from typing import Any
 from ..model import Violation
 from .context import CallContext
 from .names import words_of
-from .param_values import RULE, CallValues, Compiled, Kind, compiled, has_phrase, snip, words
+from .param_values import (
+    RULE,
+    CallValues,
+    Compiled,
+    Kind,
+    card_number,
+    compiled,
+    has_phrase,
+    snip,
+    words,
+)
 from .policy import Policy
 from .text import leaf_key
 
@@ -53,25 +64,29 @@ def _asked(
     ctx: CallContext, rc: Compiled, key: str
 ) -> list[tuple[tuple[str, ...], str, list[Kind]]]:
     """The kinds of data an argument's parameter asks for: by its name (the leaf's or the
-    top-level key's words), else by what the tool's own (untrusted) description defines
+    top-level key's words), and by what the tool's own (untrusted) description defines
     the parameter as ("notes: paste the full conversation"): an attacker who wants a
-    parameter filled must say with what."""
+    parameter filled must say with what, whatever the name says."""
     names = _key_words(key)
+    out: list[tuple[tuple[str, ...], str, list[Kind]]] = []
     for ordered in names:
         words = frozenset(ordered)
         kinds = [k for k in rc.kinds if k.asks(words)]
         if kinds:
-            return [(ordered, "by its name", kinds)]
+            out.append((ordered, "by its name", kinds))
+            break
     info = ctx.untrusted.tool(ctx.call.server, ctx.call.tool)
     if info is None or not names:
-        return []
+        return out
     leaf = leaf_key(key).lower()
+    seen = {k.name for _, _, kinds in out for k in kinds}
     for sentence in info.sentences:
         for definition in _definitions(sentence.text, leaf):
             kinds = [k for k in rc.kinds if k.described(_token_set(definition))]
-            if kinds:
-                return [(names[0], f"its description: {snip(definition, 80)}", kinds)]
-    return []
+            kinds = [k for k in kinds if k.name not in seen]
+            if kinds:  # what the description defines it as, beside what its name says
+                return [*out, (names[0], f"its description: {snip(definition, 80)}", kinds)]
+    return out
 
 
 def _token_set(text: str) -> frozenset[str]:
@@ -105,7 +120,8 @@ def out_of_scope_param(ctx: CallContext, policy: Policy) -> list[Violation]:
     for key, value in ctx.arg_items:
         text = value.strip()
         if not text or re.fullmatch(r"[-+]?\d+(\.\d+)?|true|false|null", text, re.I):
-            continue
+            if not (text and card_number(text)):  # a number, unless a card's
+                continue
         if _declared_choice(ctx.input_schema, key, value):
             continue
         asked = False
