@@ -1162,19 +1162,25 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
  * own pid namespace; which tasks the kernel really signalled comes from
  * signal:signal_generate, which fires in the sender's context inside the syscall with the
  * target's global pid (paired through `sig_gen`, keyed by tid: a miss there is one lookup
- * per signal host-wide). Signal 0 (a probe) and refused sends generate nothing. A thread's
- * tid is mapped to its process through `threads` (threads created while watched).
+ * per signal host-wide). Signal 0 (a probe) and refused sends generate nothing.
+ * Where each target was is the kernel's view as the signal is generated (the raw
+ * tracepoint's task: its cgroup against the sender's), never a user-space lookup that races
+ * the target's exit; the task's pid, tgid, comm and cgroup are read at the running kernel's
+ * BTF offsets (monitor/btf.py). Without BTF the tracepoint's own fields are used (no view)
+ * and a thread's tid is mapped to its process through `threads` (created while watched).
  * Record: a0 = the target as passed (pid, tgid or pidfd); a1 = the tid passed (low 32
- * bits) | the first generation's TRACE_SIGNAL_* result << 32; a2 = signal; a3 = the
- * syscall (MT_SIG_KILL...) | generated count << 8 (capped) | the first target's global
- * tid << 32; addr = the first MT_SIG_TARGETS targets' global tgids (u32 each); str1 = the
- * first target's comm; ret = the syscall's result. */
+ * bits) | the first generation's TRACE_SIGNAL_* result (16 bits) << 32 | the view
+ * (sig_generated's bits: target i in the sender's cgroup, its cgroup read, its signal
+ * ignored; a target past the kept ones not in the sender's cgroup) << 48; a2 = signal;
+ * a3 = the syscall (MT_SIG_KILL...) | generated count << 8 (capped) | the first target's
+ * global tid << 32; addr = the first MT_SIG_TARGETS targets' global tgids (u32 each);
+ * str1 = the first target's comm; ret = the syscall's result. */
 struct sig_gen {
     u32 tgid[MT_SIG_TARGETS];
     u32 tid0;
     s32 result0;
     u32 count;
-    u32 pad;
+    u32 view; /* see sig_generated */
     char comm[16];
 };
 BPF_TABLE("lru_hash", u32, struct sig_gen, sig_gen, MT_MAX_PENDING);
@@ -1196,6 +1202,67 @@ static __always_inline int sig_enter(u32 code, s64 target, s64 tid, s64 sig)
     return 0;
 }
 
+/* one generation: target i's tgid (and for the first its tid, result and comm) and view */
+static __always_inline void sig_generated(struct sig_gen *g, u32 tid, u32 tgid, s32 result,
+                                          u32 view)
+{
+    u32 i = g->count;
+    if (result == MT_SIG_IGNORED)
+        view |= MT_SGV_IGNORED;
+    if (i < MT_SIG_TARGETS) {
+        g->tgid[i & (MT_SIG_TARGETS - 1)] = tgid;
+        g->view |= (view & MT_SGV_SAME) << i;
+        g->view |= ((view & MT_SGV_KNOWN) >> 1) << (MT_SIG_TARGETS + i);
+        g->view |= ((view & MT_SGV_IGNORED) >> 2) << (2 * MT_SIG_TARGETS + i);
+    } else if ((view & MT_SGV_VIEW) && !(view & MT_SGV_SAME)) {
+        g->view |= 1 << (3 * MT_SIG_TARGETS); /* one past those kept was not ours */
+    }
+    if (i == 0) {
+        g->tid0 = tid;
+        g->result0 = result;
+    }
+    if (i < 0xffffff)
+        g->count = i + 1;
+}
+
+#if MT_BTF_TASK_CGROUPS >= 0
+/* task->cgroups->dfl_cgrp->kn->id: what bpf_get_current_cgroup_id() returns for current */
+static __always_inline u64 task_cgroup_id(const char *task)
+{
+    const char *p = 0;
+    u64 id = 0;
+    if (bpf_probe_read_kernel(&p, sizeof(p), task + MT_BTF_TASK_CGROUPS) || !p)
+        return 0;
+    if (bpf_probe_read_kernel(&p, sizeof(p), p + MT_BTF_CSS_SET_DFL_CGRP) || !p)
+        return 0;
+    if (bpf_probe_read_kernel(&p, sizeof(p), p + MT_BTF_CGROUP_KN) || !p)
+        return 0;
+    bpf_probe_read_kernel(&id, sizeof(id), p + MT_BTF_KERNFS_NODE_ID);
+    return id;
+}
+
+/* TP_PROTO(int sig, struct kernel_siginfo *info, struct task_struct *task, int group,
+ * int result) */
+RAW_TRACEPOINT_PROBE(signal_generate)
+{
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    struct sig_gen *g = sig_gen.lookup(&me);
+    if (!g)
+        return 0;
+    const char *task = (const char *)ctx->args[2];
+    u32 tid = 0, tgid = 0;
+    bpf_probe_read_kernel(&tid, sizeof(tid), task + MT_BTF_TASK_PID);
+    bpf_probe_read_kernel(&tgid, sizeof(tgid), task + MT_BTF_TASK_TGID);
+    u64 cg = task_cgroup_id(task);
+    u32 view = MT_SGV_VIEW;
+    if (cg)
+        view |= MT_SGV_KNOWN | (cg == bpf_get_current_cgroup_id() ? MT_SGV_SAME : 0);
+    if (g->count == 0)
+        bpf_probe_read_kernel(g->comm, sizeof(g->comm), task + MT_BTF_TASK_COMM);
+    sig_generated(g, tid, tgid ? tgid : tid, (s32)ctx->args[4], view);
+    return 0;
+}
+#else
 TRACEPOINT_PROBE(signal, signal_generate)
 {
     u32 me = (u32)bpf_get_current_pid_tgid();
@@ -1204,19 +1271,12 @@ TRACEPOINT_PROBE(signal, signal_generate)
         return 0;
     u32 tid = args->pid;
     u32 *up = threads.lookup(&tid);
-    u32 tgid = up ? *up : tid;
-    u32 i = g->count;
-    if (i < MT_SIG_TARGETS)
-        g->tgid[i & (MT_SIG_TARGETS - 1)] = tgid;
-    if (i == 0) {
-        g->tid0 = tid;
-        g->result0 = args->result;
+    if (g->count == 0)
         __builtin_memcpy(g->comm, args->comm, sizeof(g->comm));
-    }
-    if (i < 0xffffff)
-        g->count = i + 1;
+    sig_generated(g, tid, up ? *up : tid, args->result, 0);
     return 0;
 }
+#endif
 
 static __always_inline int sig_exit(long ret)
 {
@@ -1236,7 +1296,8 @@ static __always_inline int sig_exit(long ret)
     u64 a1 = (u32)p.a[1];
     u64 a3 = p.a[3] & 0xff;
     if (g) {
-        a1 |= (u64)(u32)g->result0 << 32;
+        a1 |= (u64)((u32)g->result0 & 0xffff) << 32;
+        a1 |= (u64)(g->view & 0xffff) << 48;
         a3 |= ((u64)g->count & 0xffffff) << 8;
         a3 |= (u64)g->tid0 << 32;
         __builtin_memcpy(e->addr, g->tgid, sizeof(e->addr));

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 
 from ..model import Transport
+from .btf import task_offsets
 
 
 class Kind(enum.IntEnum):
@@ -44,7 +45,8 @@ class Kind(enum.IntEnum):
     SYMLINK = 23
     LINK = 24
     # a signal sent (kill, tkill, tgkill, pidfd_send_signal, rt_(tg)sigqueueinfo): a0 target as
-    # passed, a1 tid passed | first delivery result << 32, a2 signal, a3 SIG_* syscall |
+    # passed, a1 tid passed | first delivery result << 32 | the kernel's view of the targets
+    # (SGV_*, signals.kernel_view) << 48, a2 signal, a3 SIG_* syscall |
     # count << 8 | first target's global tid << 32, addr the first SIG_TARGETS global tgids,
     # str1 the first target's comm (see monitor.bpf.c's signals block)
     SIGNAL = 25
@@ -115,6 +117,9 @@ SIG_SYSCALLS = {
     SIG_TGQUEUE: "rt_tgsigqueueinfo",
 }
 SIG_TARGETS = 4  # targets' tgids kept per record (a power of two: the C masks the index)
+SIG_IGNORED = 1  # TRACE_SIGNAL_IGNORED: a generation that had no effect (a dying target...)
+# the kernel's view of one signalled target (a1 >> 48 holds them per target: signals.py)
+SGV_SAME, SGV_KNOWN, SGV_IGNORED, SGV_VIEW = 1, 2, 4, 8
 KILLED_OPS = {  # EV_KILLED a0
     1: "open", 2: "exec", 3: "unlink", 4: "rename", 5: "rename onto", 6: "link onto"
 }  # EV_KILLED a0
@@ -238,6 +243,12 @@ def bpf_cflags(ring_pages: int) -> list[str]:
         SIG_QUEUE=SIG_QUEUE,
         SIG_TGQUEUE=SIG_TGQUEUE,
         SIG_TARGETS=SIG_TARGETS,
+        SIG_IGNORED=SIG_IGNORED,
+        SGV_SAME=SGV_SAME,
+        SGV_KNOWN=SGV_KNOWN,
+        SGV_IGNORED=SGV_IGNORED,
+        SGV_VIEW=SGV_VIEW,
+        **task_offsets(),  # the running kernel's struct offsets (BTF), -1 when unknown
     )
     defs["EV_MAX"] = EV_MAX
     defs.update(

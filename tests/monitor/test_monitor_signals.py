@@ -9,6 +9,7 @@ import sys
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from monitor_harness import CALL, all_files, gated_cgroup, traced
 
 from mtguard_rt.model import BehaviorTree, DeclaredCall, SignalEvent
@@ -190,3 +191,79 @@ async def test_a_worker_an_earlier_call_left_running_is_marked_started_by_that_c
     assert pre.target_started_by is None and pre.relation == worker.relation == "descendant"
     (node,) = [p for p in w2.tree.processes if p.key == worker.target_key]
     assert node.learned == "seeded" and node.started_by == "call-1"
+
+
+async def test_the_kernel_places_a_dying_sibling_and_a_group_past_the_kept_targets() -> None:
+    """Where a target was is the kernel's word as the signal is generated: a zombie of the
+    sandbox (no snapshot lists it) is not outside, and its signal was ignored (unknown); a
+    process group of six, one outside the cgroup past the four targets a record names, is
+    outside (no silent evasion through a crowded group)."""
+    leader_src = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), os._exit(0)))\n"
+        "os.setpgid(0, 0)\n"  # its own group, in the test's session: the cgroup may join it
+        "print(os.getpid(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    outside = await anyio.open_process([PY, "-c", leader_src])  # not in the cgroup
+    killer = (
+        "import os, signal, sys, time\n"
+        "pgid = int(sys.argv[1])\n"
+        "z = os.fork()\n"
+        "if z == 0:\n"
+        "    os._exit(0)\n"
+        "while open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z':\n"
+        "    time.sleep(0.01)\n"
+        "kids = []\n"
+        "for _ in range(5):\n"
+        "    r, w = os.pipe()\n"
+        "    k = os.fork()\n"
+        "    if k == 0:\n"
+        "        os.setpgid(0, pgid)\n"
+        "        os.write(w, b'x')\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    os.read(r, 1)\n"
+        "    kids.append(k)\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "os.kill(z, signal.SIGTERM)\n"  # the zombie: generated, ignored
+        "os.killpg(pgid, signal.SIGTERM)\n"  # five of its own and the outside leader
+        "for k in kids:\n"
+        "    os.waitpid(k, 0)\n"
+        "os.waitpid(z, 0)\n"
+    )
+    try:
+        assert outside.stdout is not None
+        said = BufferedByteReceiveStream(outside.stdout)
+        with anyio.fail_after(20):
+            pgid = int(await said.receive_until(b"\n", 64))
+        async with open_monitor(MonitorConfig(settle_max_ms=2000)) as mon, gated_cgroup() as cg:
+            async with cg.run([PY, "-c", killer, str(pgid)]) as proc, mon.watch(
+                cg.id, str(cg.path)
+            ) as watch:
+                await cg.release(proc)
+                with anyio.fail_after(20):
+                    assert await cg.line() == b"ready"
+                async with watch.window(CALL) as window:
+                    assert proc.stdin is not None
+                    await proc.stdin.send(b"go\n")
+                    with anyio.fail_after(20):
+                        await proc.wait()
+                    window.response_arrived()
+        tree = window.tree
+        with anyio.fail_after(20):  # it was signalled (its exit status may be reaped by others)
+            assert await said.receive_until(b"\n", 64) == b"term"
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if outside.returncode is None:
+                outside.kill()
+            await outside.wait()
+            await outside.aclose()
+    zombie = next(s for s in signals(tree) if s.syscall == "kill" and s.target_pid > 0)
+    assert zombie.delivered == 1 and zombie.target_key is None
+    assert zombie.relation == "unknown"  # before the kernel's view: "outside"
+    group = next(s for s in signals(tree) if s.target_pid < 0)
+    assert group.delivered == 6
+    assert group.relation == "outside" and not group.started_in_call
+    assert any("outside the sandbox" in t for t in group.more_targets)
