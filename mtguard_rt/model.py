@@ -148,8 +148,10 @@ class SignalEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     `target_key` (the tree's process, when the target is in the tree), `target_host_pid`,
     `target_comm`, and `delivered` (how many tasks got it; 0 for a probe, signal 0, or a
     refused send). `relation` of the target to the sender: itself (or one of its threads),
-    a descendant, another process of the sandbox, outside the tree, or unknown (nothing was
-    generated). `started_in_call`: the target began during this call's window."""
+    a descendant, another process of the sandbox, outside (in the kernel's view: in another
+    cgroup as the signal was generated), or unknown (nothing was generated, or the kernel
+    ignored it for a dying process of the sandbox). `started_in_call`: the target began
+    during this call's window."""
 
     ts_ns: int
     syscall: str
