@@ -11,11 +11,11 @@ benign real-server suite instead: each registry server's session unguarded and t
 positives (rule, evidence), broken calls and added latency, `DIR/run.json` the raw results
 (`--from` re-renders it); the exit code is 1 if any call was denied or broken.
 
-`mtguard eval --suite own [--set dev|held-out|held-out-2|held-out-3|all] [--cases ID,...]
-[--out DIR]` replays our own attack corpus of the classes the paper corpus lacks
+`mtguard eval --suite own [--set dev|held-out|held-out-2|held-out-3|held-out-4|all]
+[--cases ID,...] [--out DIR]` replays our own attack corpus of the classes the paper corpus lacks
 (mtguard_rt/eval/owncorpus), reported apart: per class and per source DR, FPR with its 95%
-upper bound, the rules behind each catch and every miss; `--set held-out`, `held-out-2` or
-`held-out-3` runs a set written blind to the rules (default: dev).
+upper bound, the rules behind each catch and every miss; `--set held-out`, `held-out-2`,
+`held-out-3` or `held-out-4` runs a set written blind to the rules (default: dev).
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--set",
-        choices=("core", "dev", "held-out", "held-out-2", "held-out-3", "all"),
+        choices=("core", "dev", "held-out", "held-out-2", "held-out-3", "held-out-4", "all"),
         action="append",
         help="--suite real: only the sessions of this set, core or held-out (repeatable; "
-        "default: all); --suite own: dev (default), held-out, held-out-2 or held-out-3 (each "
-        "written blind to the rules) or all",
+        "default: all); --suite own: dev (default), held-out, held-out-2, held-out-3 or "
+        "held-out-4 (each written blind to the rules) or all",
     )
     p.add_argument(
         "--sessions",

@@ -47,8 +47,9 @@ def test_four_sets_are_disjoint() -> None:
     every, all_personas = load_set("all")
     assert not held3_personas.keys() & earlier_personas.keys()  # other servers, not variations
     assert not {c.id for c in held3} & {c.id for c in earlier}
-    assert [c.id for c in every] == [c.id for c in earlier + held3]
-    assert all_personas.keys() == earlier_personas.keys() | held3_personas.keys()
+    n = len(earlier) + len(held3)
+    assert [c.id for c in every][:n] == [c.id for c in earlier + held3]  # then held-out-4
+    assert all_personas.keys() >= earlier_personas.keys() | held3_personas.keys()
 
 
 def _args(**kw: object) -> argparse.Namespace:

@@ -3,8 +3,9 @@
 Four sets: `dev` (cases/, servers.toml: the corpus the rules are written against), `held-out`
 (heldout/<class>.toml with heldout/servers.toml: other personas and payloads, written blind to
 the rules, run and never tuned for), `held-out-2` (heldout2/: a second blind set, written
-after the first was spent on fixes) and `held-out-3` (heldout3/: a third, written blind while
-the second was being fixed); `load_set()` loads one or all. A persona (servers.toml)
+after the first was spent on fixes), `held-out-3` (heldout3/: a third, written blind while
+the second was being fixed) and `held-out-4` (heldout4/: a fourth, written blind while the
+third was being fixed); `load_set()` loads one or all. A persona (servers.toml)
 is a scripted server: its tools, schemas and real steps
 (examples/servers/attacks/scripted.py). A case (cases/<class>.toml) names its class, source
 (server, host, user, cross-server), label (attack or benign), the user's task, the personas it
@@ -34,7 +35,9 @@ HELDOUT2_DIR = HERE / "heldout2"
 HELDOUT2_SERVERS = HELDOUT2_DIR / "servers.toml"
 HELDOUT3_DIR = HERE / "heldout3"
 HELDOUT3_SERVERS = HELDOUT3_DIR / "servers.toml"
-SETS = ("dev", "held-out", "held-out-2", "held-out-3", "all")
+HELDOUT4_DIR = HERE / "heldout4"
+HELDOUT4_SERVERS = HELDOUT4_DIR / "servers.toml"
+SETS = ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4", "all")
 Source = Literal["server", "host", "user", "cross-server"]
 SOURCES: tuple[Source, ...] = ("server", "host", "user", "cross-server")
 CLASSES = {
@@ -179,14 +182,15 @@ def load_cases(folder: Path = CASES_DIR, personas: dict[str, Persona] | None = N
 
 def load_set(name: str = "dev") -> tuple[list[Case], dict[str, Persona]]:
     """The cases of a set and the personas they run on: `dev`, `held-out`, `held-out-2`,
-    `held-out-3` or `all` (every set; persona names and case ids must not collide between
-    the sets)."""
+    `held-out-3`, `held-out-4` or `all` (every set; persona names and case ids must not collide
+    between the sets)."""
     if name not in SETS:
         raise CorpusError(name, f"unknown set (known: {', '.join(SETS)})")
     parts = [(CASES_DIR, SERVERS_FILE)] if name in ("dev", "all") else []
     parts += [(HELDOUT_DIR, HELDOUT_SERVERS)] if name in ("held-out", "all") else []
     parts += [(HELDOUT2_DIR, HELDOUT2_SERVERS)] if name in ("held-out-2", "all") else []
     parts += [(HELDOUT3_DIR, HELDOUT3_SERVERS)] if name in ("held-out-3", "all") else []
+    parts += [(HELDOUT4_DIR, HELDOUT4_SERVERS)] if name in ("held-out-4", "all") else []
     personas: dict[str, Persona] = {}
     cases: list[Case] = []
     for folder, file in parts:

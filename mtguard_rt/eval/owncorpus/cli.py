@@ -1,8 +1,8 @@
 """`mtguard eval --suite own`: run (or re-render with --from) the own corpus, write the report.
 
-`--set dev` (default: the cases the rules are written against), `held-out`, `held-out-2` and
-`held-out-3` (each written blind to the rules, run and never tuned for) or `all`; the report
-names the set it ran (two or more sets chosen run `all`).
+`--set dev` (default: the cases the rules are written against), `held-out`, `held-out-2`,
+`held-out-3` and `held-out-4` (each written blind to the rules, run and never tuned for) or
+`all`; the report names the set it ran (two or more sets chosen run `all`).
 
 `DIR/report.md`, `DIR/report.json` and the raw `DIR/run.json` (default DIR: eval-out-own).
 The paper corpus's options are refused rather than ignored; `--cases` picks a subset.
@@ -44,7 +44,7 @@ def run_own_suite(args: argparse.Namespace) -> int:
     chosen = set(args.set or ["dev"])
     if "core" in chosen:
         raise GuardError("--set core: a set of --suite real; --suite own has dev, held-out, "
-                         "held-out-2, held-out-3, all")
+                         "held-out-2, held-out-3, held-out-4, all")
     name = "all" if "all" in chosen or len(chosen) > 1 else chosen.pop()
     out = Path(args.out or "eval-out-own")
     if args.from_run:
