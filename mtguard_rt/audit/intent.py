@@ -204,3 +204,76 @@ class TaskIntent:
             for r in runs
             if r.isalpha() and len(r) >= MIN_NAME_WORD
         )
+
+
+# --- clauses that order something (not a read, a question, a statement or a negation) ---
+# The closed class of words that open a request to read, or a question, in the languages of
+# the task sets (en, de, fr, es, it, nl, pt). A clause they open asks for no change; an
+# ambiguous word belongs here (misread as a read, a task only keeps today's verdict).
+READ_WORDS = frozenset("""
+show list get read check find count status display view print see look search fetch tell
+describe summarise summarize explain inspect query give review compare preview browse scan
+lookup verify watch examine analyse analyze identify locate retrieve report what what's which
+who how when where why whether is are was were does do did has have anything any price
+liste lister listez montre montrez affiche affichez lis lisez vérifie vérifiez cherche
+cherchez trouve trouvez donne donnez compte dis dites quel quelle quels quelles combien où
+pourquoi comment résume résumez est qu'est
+zeige zeig zeigt lies prüfe prüf überprüfe finde suche such gib zähle sag sage was welche
+welcher welches wie wo warum ist sind fasse gibt
+muestra muéstrame lista lee busca comprueba revisa dime dame cuenta cuál cuáles qué cuántos
+cuántas dónde está hay resume
+mostra mostrami elenca leggi cerca controlla dimmi dammi quale quali quanti quante dove
+perché riassumi c'è
+toon laat lees zoek controleer welke wat hoe waar zijn
+mostre liste leia procure verifique quais qual onde
+""".split())
+# Words before a clause's verb that say nothing ("please", "can you", "puis", "bitte").
+ORDER_FILLERS = CLAUSE_FILLERS | frozenset(
+    "can could would will you kindly puis ensuite bitte dann jetzt también luego poi quindi "
+    "por favor per favore s'il te plaît vous tu du kannst peux pourrais puedes puoi".split()
+)
+# A clause opened by a subject or a determiner is a statement ("it was a duplicate", "sie
+# ist kaputt", "the build needs it"), not an order.
+SUBJECTS = NARRATORS | frozenset(
+    "you it it's this that there these those my our your the a an its ich wir es sie er das "
+    "der die je nous il elle ils elles c'est ce on le la les yo él ella nosotros el io noi "
+    "lui lei ik wij het de een".split()
+)
+# Negations in the languages of the sets (the policy's English ones are added).
+NEGATIONS = frozenset("nicht kein keine keinen nie pas ne jamais nunca non mai niet geen".split())
+_SENTENCE = re.compile(r"(?:[^.!?]|[.!?](?!\s|$))+(?:[.!?]+|$)")
+_POLITE = re.compile(r"(?:please\s+)?(?:can|could|would|will)\s+you\b")  # "can you ...?": an order
+_CLAUSE_SPLIT = re.compile(
+    r"[,;:()\n\u2014]|\s-{1,2}\s|\b(?:and|then|und|dann|et|puis|y|luego|e|poi|en)\b"
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
+def acting_clauses(text: str, negations: frozenset[str] = frozenset()) -> list[str]:
+    """The clauses of `text` (lower-case) that order something: not in a question, opened
+    (after fillers) by a word outside `READ_WORDS`, a subject or a name, and holding no
+    negation. "Void invoice INV-1003, it was a duplicate" -> ["void invoice inv-1003"]."""
+    neg = NEGATIONS | negations
+    out: list[str] = []
+    for sentence in _sentences(text.lower().replace(_RSQUO, "'")):
+        if sentence.endswith("?") and not _POLITE.match(sentence):
+            continue  # a question asks to be told
+        for clause in _CLAUSE_SPLIT.split(sentence.rstrip(".!")):
+            words = words_of(clause)
+            lead = [w for w in words if w not in ORDER_FILLERS]
+            if not lead or not lead[0].isalpha() or lead[0] in READ_WORDS | SUBJECTS:
+                continue
+            if clause.lstrip().startswith(("'", '"', "`", "\u201c")):
+                continue  # opened by a quoted name
+            if any(w in neg or w.endswith("n't") for w in words):
+                continue
+            out.append(clause.strip())
+    return out
+
+
+def clause_head(clause: str) -> list[str]:
+    """The first two words of a clause after its fillers (its verb, a particle)."""
+    return [w for w in words_of(clause) if w not in ORDER_FILLERS][:2]

@@ -16,6 +16,7 @@ import msgspec
 from ..model import DeclaredCall, Violation
 from .carried import sanctioned
 from .context import CallContext
+from .intent import acting_clauses
 from .names import COMPETES, captures, confusable, tells_apart, words_of
 from .patterns import canonical_ip, domain_within
 from .policy import Policy
@@ -105,12 +106,22 @@ def sensitive_file_arg(ctx: CallContext, policy: Policy) -> list[Violation]:
     return [violation("sensitive-file-arg", policy, "pre", reason, ev)]
 
 
+MIN_TYPED = 3  # characters of a dangerous command the task must hold to have typed it
+
+
 def dangerous_shell(ctx: CallContext, policy: Policy) -> list[Violation]:
+    """Arguments hold a dangerous shell command, unless the user typed that very command in
+    a clause of the task that orders something ("Add an alias 'please' for sudo")."""
     ev: list[str] = []
+    negations = frozenset(policy.spec.lists.change_negations)
+    orders = acting_clauses(ctx.task_text, negations) if ctx.task_text else []
     for where, text in _texts(ctx, policy.spec.rules.dangerous_shell.decode_min_length):
         lowered = text.lower()
         for pattern in policy.shell_patterns:
             if m := pattern.search(text, lowered):
+                typed = m.group(0).strip().lower()
+                if len(typed) >= MIN_TYPED and any(typed in c for c in orders):
+                    continue  # the user's own command
                 ev.append(f"{where}: {pattern.name}: {_snip(m.group(0))!r}")
     return (
         [

@@ -11,7 +11,10 @@ call spawned whose arguments did not name that program (a git library ends the
 `git cat-file --batch` workers an earlier call left running).
 
 Explained, so allowed: the task (the user's words) asks to stop, kill, restart, reload,
-signal... (`control_verbs`, not negated), or so do the call's arguments (a shell command
+signal... (`control_verbs`, not negated), or orders, in words no list holds ("relance le
+tunnel VPN"), something done to what a tool whose name or description says process control
+acts on (`_job_asked`: a clause that orders, sharing a word with the tool's description),
+or so do the call's arguments (a shell command
 `kill 1234`, `systemctl restart x`), or the tool's name says process control (those verbs
 and `tool_verbs`: browser_close, end_session) and either an argument names the target (its
 pid, as the sandbox sees it or the host's, or its program) or the target is a worker an
@@ -30,8 +33,10 @@ from typing import Any
 
 from ..model import ProcessNode, SignalEvent, Violation
 from .context import CallContext
+from .intent import ORDER_FILLERS, acting_clauses, words_of
 from .policy import Policy
 from .proc_memory import MEM_WHY, foreign_memory
+from .provenance import STOP_WORDS
 from .rules_pre import violation
 from .text import iter_strings
 from .treeview import SignalHit, TreeView, label
@@ -39,6 +44,9 @@ from .treeview import SignalHit, TreeView, label
 RULE = "process-control"
 NEGATION_REACH = 3  # a negation cancels a control verb this many words after it
 MAX_TASK_CHARS = 160
+MIN_OBJECT_WORD = 3  # letters of a word shared by an ordering clause and the tool's description
+# words any control tool's description says: they name no object of its own
+GENERIC_OBJECTS = frozenset("process processes program programs task tasks job jobs".split())
 _WORD = re.compile(r"[a-z]+|[0-9]+")
 _NUMBER = re.compile(r"(?<![\w.-])(\d{1,8})(?![\w.])")
 # what ends a clause: a negation does not reach past it
@@ -94,6 +102,25 @@ def _tool_controls(tool: str, vocab: _Vocab) -> bool:
     """Does the tool's name say process control (kill_process, restart-worker, stopService)?"""
     spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", tool)
     return bool(control_verbs(spaced, vocab))
+
+
+def _job_asked(ctx: CallContext, vocab: _Vocab, tool_vocab: _Vocab) -> bool:
+    """The called tool says process control (its name, or its own description: "stops the
+    tunnel process") and a clause of the task that orders something names what the tool
+    acts on (a word of the tool's name or description: "relance le tunnel VPN")."""
+    desc = next((t.description for t in ctx.untrusted.tools
+                 if t.server == ctx.call.server and t.name == ctx.call.tool), "")  # fmt: skip
+    if not (_tool_controls(ctx.call.tool, tool_vocab) or control_verbs(desc, vocab)):
+        return False
+    said = (*words_of(desc), *words_of(ctx.call.tool.replace("_", " ")))
+    objects = {w for w in said
+               if len(w) >= MIN_OBJECT_WORD and w.isalpha() and w not in STOP_WORDS
+               and w not in GENERIC_OBJECTS and not any(f in vocab.verbs for f in _forms(w))}
+    negations = frozenset(vocab.negations)
+    return any(  # the clause's words after its verb: what it orders something done to
+        objects.intersection([w for w in words_of(c) if w not in ORDER_FILLERS][1:])
+        for c in acting_clauses(ctx.task_text or "", negations)
+    )
 
 
 def _names_target(ctx: CallContext, sig: SignalEvent, target: ProcessNode | None) -> str | None:
@@ -188,6 +215,8 @@ def _signal_control(ctx: CallContext, view: TreeView, policy: Policy) -> list[Vi
     task = ctx.task_text or ""
     if control_verbs(task, vocab):
         return []  # the user asked to stop, restart, signal... something
+    if _job_asked(ctx, vocab, tool_vocab):
+        return []  # the user ordered something done to what this control tool acts on
     args_ask = next((t for t in ctx.arg_texts if control_verbs(t, vocab)), None)
     if args_ask is not None:
         return []  # the arguments ask for it (a `kill` or `systemctl restart` command)

@@ -4,7 +4,10 @@ The result carries a secret (`secrets.find_secrets`; for a tool whose name says 
 secrets, its mixed-character values too) that neither the call's arguments nor the task
 supplied, and the task does not ask for it: it names no file the call read (nor a directory
 holding one), and has no credential word or this very call (same tool, same arguments)
-returned no secret earlier in the session (a rug pull). Without a task, the tool's job or a
+returned no secret earlier in the session (a rug pull). The task also asks for it when it
+names the entry every secret came from (an argument value that is the read file's name:
+'github-ci' for keyring/github-ci.txt) or, for a tool that hands out secrets, its store (the
+read file's directory: `rules_flow.store_named`). Without a task, the tool's job or a
 read file the arguments name explains it. Evidence: the kind, where, a redacted prefix and
 the length, and the files the call read. Its pre-execution twin, `secret-flow`, is in
 `rules_flow`.
@@ -28,6 +31,7 @@ from .decode import find_known
 from .decode_memory import SecretMemory
 from .policy import Policy
 from .rules_files import reads, took_effect
+from .rules_flow import store_named
 from .secrets import (
     MIN_VALUE,
     Finding,
@@ -46,6 +50,7 @@ MAX_EVIDENCE = 10
 MAX_SHOWN = 6  # secrets listed in the evidence (then where they came from and why)
 _ABS_PATH = re.compile(r"(?<![\w.~$])/[^\s'\"`,;:()<>]+")
 MAX_SOURCES = 3  # files named as where a secret may have come from
+MIN_ENTRY_NAME = 3  # characters of an argument value that names the entry a call read
 # Reads that are the program itself or the system's plumbing, not data it could hand over.
 _SYSTEM = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/proc/", "/sys/", "/dev/")
 _PLUMBING = frozenset(
@@ -131,7 +136,9 @@ def _under(path: str, dirs: list[str]) -> bool:
     return any(path.startswith(d + "/") for d in dirs)
 
 
-def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
+def _unasked(
+    ctx: CallContext, view: TreeView, read: list[str], values: list[str] | None = None
+) -> str | None:
     """Why the secrets of this call's result are not explained, or None when they are."""
     task = ctx.task_text
     digest = (ctx.call.server, call_digest(ctx.call.tool, ctx.call.arguments))
@@ -148,7 +155,34 @@ def _unasked(ctx: CallContext, view: TreeView, read: list[str]) -> str | None:
         return "the same call (tool and arguments) returned no secret earlier in this session"
     if asks_for_credentials(task) or _asks_tool_credential(ctx):
         return None
+    if values and _asks_entry(ctx, read, values):
+        return None
     return "the task asks for no credential and names no file the call read"
+
+
+def _asks_entry(ctx: CallContext, read: list[str], secrets: list[str]) -> bool:
+    """Every secret of the result is in the content of read files the task asks for: named
+    as an entry (an argument value, which the task says as a word, that is the file's name
+    without its extension), or lying in a store the task names for a tool that hands out
+    secrets (`store_named`: the file's directory)."""
+    task = ctx.task_text or ""
+    low = task.lower()
+    args = {v.strip().lower() for v in ctx.arg_texts if len(v.strip()) >= MIN_ENTRY_NAME}
+    asked: list[str] = []
+    for path in read:
+        content = ctx.read_back.get(path)
+        if not content:
+            continue
+        base = os.path.basename(path).lower()
+        named = any(
+            re.search(rf"(?<![\w.-]){re.escape(v)}(?![\w-])", low)
+            for v in args & {base, os.path.splitext(base)[0]}
+        )
+        folder = os.path.basename(os.path.dirname(path))
+        if named or (folder and not folder.startswith(".")
+                     and store_named(task, folder, ctx.call.tool)):  # fmt: skip
+            asked.append(content)
+    return bool(asked) and all(any(v in c for c in asked) for v in secrets)
 
 
 def _asks_tool_credential(ctx: CallContext) -> bool:
@@ -215,7 +249,8 @@ def secret_in_result(
     if not found:
         return []
     read = data_reads(view)
-    why = _unasked(ctx, view, [*read, *sources])  # a file an earlier call read: as if read now
+    values = [f.value for _, f in found]
+    why = _unasked(ctx, view, [*read, *sources], values)  # an earlier call's file: as if read now
     if why is None:
         return []
     ev = [f"result {key!r}: {f.describe()}" for key, f in found[:MAX_SHOWN]]

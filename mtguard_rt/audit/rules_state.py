@@ -44,7 +44,7 @@ from .provenance import Sentence, split_sentences
 from .rules_pre import violation
 from .text import iter_strings, names_path
 from .treeview import TreeView, describe, label
-from .wants import task_wants
+from .wants import asks_operation, task_wants
 
 RULE = "unrequested-change"
 PRE_RULE = "destructive-call"  # its pre-execution twin (observe by default)
@@ -114,6 +114,7 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
     made = ledger.copy() if isinstance(ledger, SandboxFiles) else SandboxFiles()
     ws = workspace_of(view)
     seen: set[str] = set()  # opened successfully, without O_CREAT, earlier in this call
+    created: set[str] = set()  # opened for writing with O_CREAT in this call (mkstemp's temp)
     events = sorted(
         ((ev, p) for p in view.tree.processes for ev in p.files), key=lambda x: x[0].ts_ns
     )
@@ -154,7 +155,7 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
                 note(path, "deleted", p, ev, "the rmdir succeeded")
             elif ev.op == "rename" and ev.target and ev.target.startswith("/"):
                 target = ev.target.rstrip("/") or "/"
-                save = _atomic_save(path, target, made)
+                save = _atomic_save(path, target, made, created)
                 if not save:
                     note(path, f"moved to {target}", p, ev, "the rename succeeded")
                 # a move's target existed only if seen; a save's target is presumed to
@@ -171,6 +172,8 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
                     note(path, "wrote to", p, ev, "opened without O_CREAT")
             if ev.op == "open" and "create" not in ev.flags:
                 seen.add(path)
+            elif ev.op == "open" and {"write", "create"} <= set(ev.flags):
+                created.add(path)
         made.step(ev)
     return list(out.values())
 
@@ -218,10 +221,14 @@ def new_files(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
     return list(out.values())
 
 
-def _atomic_save(source: str, target: str, made: SandboxFiles) -> bool:
-    """A file the sandbox just wrote, renamed over its target: a save of the target (judged
-    as the target's replacement), not a move of the source."""
-    return made.made(source) and os.path.dirname(source) == os.path.dirname(target)
+def _atomic_save(
+    source: str, target: str, made: SandboxFiles, created: set[str] | frozenset[str] = frozenset()
+) -> bool:
+    """A file the sandbox just wrote (made, or opened with O_CREAT in this call: `sed -i`'s
+    mkstemp temp), renamed over its target: a save of the target (judged as the target's
+    replacement), not a move of the source."""
+    own = made.made(source) or source in created
+    return own and os.path.dirname(source) == os.path.dirname(target)
 
 
 def object_name(path: str) -> str:
@@ -315,7 +322,16 @@ def unrequested_change(
     intent = TaskIntent.of(ctx.task_text, vocab)
     task = ctx.task_text if len(ctx.task_text) <= MAX_TASK_CHARS else (
         ctx.task_text[: MAX_TASK_CHARS - 3] + "...")  # fmt: skip
-    if not intent.asks_change:
+    operation = None if intent.asks_change else asks_operation(ctx, policy)
+    if not intent.asks_change and operation is not None:
+        lost = [c for c in found if _destroyed_unnamed(ctx, c)]
+        if lost:
+            lines = [c.line() for c in lost] + [
+                f"{operation}; it names none of these: {task!r}"]
+            reason = ("the call deleted or overwrote data that existed before it, which the "
+                      "task asking for the tool's operation does not name")
+            return [violation(RULE, policy, "post", reason, lines)]
+    if not intent.asks_change and operation is None:
         known = {c.path for c in found}
         new = [c for c in new_files(ctx, view, policy)
                if c.path not in known and not _declared_store(ctx, c, policy)]  # fmt: skip
@@ -341,9 +357,29 @@ def unrequested_change(
                          f"asks for it: {s.text[:160]!r}")  # fmt: skip
     if not lines:
         return []
-    lines.append(f"the task asks to change: {', '.join(intent.change_words)} ({task!r})")
+    asked = ", ".join(intent.change_words) if intent.asks_change else str(operation)
+    lines.append(f"the task asks to change: {asked} ({task!r})")
     reason = "the call changed an object the task does not name, as untrusted text asked"
     return [violation(RULE, policy, "post", reason, lines)]
+
+
+def _destroyed_unnamed(ctx: CallContext, c: Change) -> bool:
+    """A deletion or a move away of a file that surely existed, or an overwrite (O_TRUNC),
+    whose name neither the task (as a word, exactly) nor an argument value gives: a tool
+    doing the operation the task asks for ("back up the photos") does not also remove or
+    rewrite other data ("docs-2026-11-01.tgz", the week's timesheet). An append or an
+    atomic save of the tool's store is its operation (`sed -i` on RELEASES)."""
+    gone = c.how == "deleted" or c.how.startswith("moved to")
+    if not (gone and c.existed not in (*PRESUMED, NEW)) and c.how != "overwrote":
+        return False
+    name, base = object_name(c.path).lower(), os.path.basename(c.path).lower()
+    values = {v.strip().lower() for v in ctx.arg_texts}
+    if name in values or base in values:
+        return False
+    text = (ctx.task_text or "").lower()
+    return not any(
+        re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text) for n in (name, base) if n
+    )
 
 
 def _declared_store(ctx: CallContext, c: Change, policy: Policy) -> bool:

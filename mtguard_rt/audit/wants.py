@@ -7,17 +7,28 @@ acts on: `get_yahoo_finance_news` -> news) in some form (`screenshots`, `informa
 when it also says the change: one of the name's change words (`rules.induced-call.
 change_words`) or a synonym ("save a note" for `write_note`). Errors lean one way: a task
 misread as asking only spares a call, it never denies one.
+
+`asks_operation` reads a task that asks for the called tool's own operation in words no
+list holds ("Void invoice INV-1003", "Back up the docs folder", "Ziehe Version 2.3.1
+zurück"): a clause that orders something (`intent.acting_clauses`: not a read, a question,
+a statement or a negation) opens with the tool's verb (the first word of its name, not a
+read word) in some form, or names one of the call's argument values. A tool whose name
+says it reads (get_, list_, show_) never gets this consent.
 """
 
 from __future__ import annotations
 
+import re
+
 from .context import CallContext
+from .intent import READ_WORDS, acting_clauses, base_forms, clause_head
 from .names import common_words, same_word, stem, words_of
 from .policy import Policy
 from .provenance import UntrustedText
 
 MIN_COMPOUND_HEAD = 3  # letters of a compound's first word (log-in, sign-up, check-out)
 MIN_COMPOUND_TAIL = 2
+MIN_OPERATION_VALUE = 3  # characters of an argument value that names the call's object
 
 
 def server_common(u: UntrustedText, server: str) -> frozenset[str]:
@@ -90,3 +101,50 @@ def task_asks_change(ctx: CallContext, policy: Policy) -> bool:
     if not verbs or names_tool(ctx, ctx.call.tool):
         return True
     return any(says(v, ctx, policy) for v in verbs) and task_wants(ctx, policy)
+
+
+def tool_verb(tool: str, policy: Policy) -> str | None:
+    """The operation a tool's name says (its first word: void_invoice -> void, backup,
+    unpublish), or None when that word reads or says nothing (get_, list_, show_, tool)."""
+    words = words_of(tool)
+    if not words or not words[0].isalpha():
+        return None
+    verb = words[0]
+    if verb in READ_WORDS or verb in policy.generic_name_words:
+        return None
+    return verb
+
+
+def _says_verb(verb: str, head: list[str], policy: Policy) -> bool:
+    """A clause's head says `verb`: a form of it (logged, voiding), a synonym, or its two
+    words (`backup`: "back up")."""
+    if not head:
+        return False
+    first = head[0]
+    if "".join(head) == verb or same_word(stem(first), stem(verb), policy.synonyms):
+        return True
+    return verb in base_forms(first) or stem(first) == stem(verb)
+
+
+def _names_value(clause: str, value: str) -> bool:
+    v = value.strip().lower()
+    if len(v) < MIN_OPERATION_VALUE or "\n" in v:
+        return False
+    return re.search(rf"(?<![\w.-]){re.escape(v)}(?![\w-]|\.\w)", clause) is not None
+
+
+def asks_operation(ctx: CallContext, policy: Policy) -> str | None:
+    """Why the task asks for the called tool's own operation (see the module docstring),
+    or None."""
+    task = ctx.task_text
+    verb = tool_verb(ctx.call.tool, policy)
+    if task is None or verb is None:
+        return None
+    negations = frozenset(policy.spec.lists.change_negations)
+    for clause in acting_clauses(task, negations):
+        if _says_verb(verb, clause_head(clause), policy):
+            return f"the task orders the tool's operation ({verb!r}): {clause[:80]!r}"
+        for key, value in ctx.arg_items:
+            if _names_value(clause, value):
+                return f"the task orders something done to {value[:40]!r} ({key}): {clause[:80]!r}"
+    return None
