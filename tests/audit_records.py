@@ -4,6 +4,7 @@ call's answer the guard dropped), each of which is checked here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from mtguard_rt.between_calls import is_between, is_startup
@@ -29,3 +30,15 @@ def call_records(path: Path, *, startup_denies: bool = False) -> list[AuditRecor
         else:
             calls.append(r)
     return calls
+
+
+def last_call(records: Sequence[AuditRecord], tool: str | None = None) -> AuditRecord:
+    """The latest record of a tool call (of `tool`, when given): not a start-up, between-call
+    or dropped-late-answer record, which the guard may append at any moment (a between-call
+    period closes concurrently with the call that ends it), so `records[-1]` may be one."""
+    for r in reversed(records):
+        if is_between(r) or r.tool == "(late-response)":
+            continue
+        if tool is None or r.tool == tool:
+            return r
+    raise AssertionError(f"no record of a call {tool or ''} among {len(records)} records")

@@ -10,7 +10,7 @@ import pytest
 from mtguard_rt import CallDenied, GuardConfig, open_guard
 from mtguard_rt.guard import default_name
 from mtguard_rt.sandbox import SandboxConfig
-from tests.audit_records import call_records
+from tests.audit_records import call_records, last_call
 
 SERVERS = Path(__file__).resolve().parents[1] / "examples" / "servers"
 
@@ -44,7 +44,7 @@ async def test_allow_and_deny_through_the_library(tmp_path: Path) -> None:
             assert [t["name"] for t in await server.list_tools()] == ["calculate"]
             result = await server.call_tool("calculate", {"expression": "6*7"}, task="what is 6*7")
             assert "42" in result["content"][0]["text"]
-            record = guard.records[-1]
+            record = last_call(guard.records)
             assert record.decision == "allow" and record.tree is not None
             assert record.tree.complete and record.timings_ms.post > 0
             with pytest.raises(CallDenied) as info:

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
+from tests.audit_records import last_call
 
 from .conftest import SERVERS, online_guard_config
 
@@ -53,7 +54,7 @@ async def test_an_abstract_host_socket_is_denied_the_sandbox_own_is_not(tmp_path
             with anyio.fail_after(CALL_BOUND_S):
                 out = await srv.call_tool("run_command", {"command": OWN % (own, own)}, task=TASK)
             assert "up" in out["content"][0]["text"], out
-            rec = guard.records[-1]
+            rec = last_call(guard.records)
             assert rec.decision == "allow", rec.reasons
             assert rec.tree is not None
             holders = [u.holder for p in rec.tree.processes for u in p.unix]

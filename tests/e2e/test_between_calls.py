@@ -15,6 +15,7 @@ import pytest
 from mtguard_rt import open_guard
 from mtguard_rt.between_calls import BETWEEN_TOOL, is_between
 from mtguard_rt.model import AuditRecord
+from tests.audit_records import last_call
 
 from .conftest import READ_CANARY, TERMINAL, online_guard_config
 
@@ -61,7 +62,7 @@ async def test_a_canary_read_after_the_call_is_its_own_record_and_killed(
     async with open_guard(config) as guard, guard.connect(TERMINAL, name="term") as server:
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": job})
-        call = guard.records[-1]
+        call = last_call(guard.records)
         assert call.decision == "allow", call.violations
         rec, emitted = await _between_record(guard, "canary-touched")
         await anyio.sleep(SURVIVED_S)
@@ -94,7 +95,8 @@ async def test_a_bashrc_append_after_the_call_is_killed_in_the_kernel_and_record
     async with open_guard(config) as guard, guard.connect(TERMINAL, name="term") as server:
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": job})
-        assert guard.records[-1].decision == "allow", guard.records[-1].violations
+        last = last_call(guard.records)
+        assert last.decision == "allow", last.violations
         rec, emitted = await _between_record(guard, "kill-on-touch")
     assert rec.decision == "deny" and rec.terminated
     (v,) = [v for v in rec.violations if v.rule == "kill-on-touch"]

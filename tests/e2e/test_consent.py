@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
+from tests.audit_records import last_call
 
 from .conftest import SERVERS, online_guard_config
 
@@ -35,7 +36,7 @@ async def test_kill_on_touch_honours_the_calls_consent_and_only_that(tmp_path: P
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
         with anyio.fail_after(CALL_BOUND_S):
             done = await server.call_tool("run_command", {"command": ASKED}, task=TASK)
-        rec = guard.records[-1]
+        rec = last_call(guard.records)
         assert (rec.decision, rec.terminated) == ("allow", False), rec.reasons
         (consent,) = [v for v in rec.violations if v.rule == "canary-touched"]
         assert consent.mode == "observe"

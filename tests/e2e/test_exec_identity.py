@@ -19,6 +19,7 @@ import pytest
 
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord
+from tests.audit_records import last_call
 
 from .conftest import online_guard_config
 
@@ -63,7 +64,8 @@ async def test_a_shell_under_any_identity_is_judged_as_the_shell(tmp_path: Path)
         for term in ("copy", "selfexe"):  # a harmless command: evidence, not a verdict
             got = await srv.call_tool("lookup", {"term": "harmless", "style": term})
             assert "exit 0" in got["content"][0]["text"], got
-            assert guard.records[-1].decision == "allow", guard.records[-1].reasons
+            last = last_call(guard.records)
+            assert last.decision == "allow", last.reasons
         with pytest.raises(CallDenied) as nofile:
             await srv.call_tool("lookup", {"term": "harmless", "style": "memfd"})
         rec = nofile.value.record

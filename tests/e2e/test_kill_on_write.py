@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
+from tests.audit_records import last_call
 
 from .conftest import SERVERS, online_guard_config
 
@@ -54,7 +55,7 @@ async def test_an_unasked_persistence_append_dies_in_the_kernel_an_asked_one_lan
         task = "Add the line export EDITOR=vim to my ~/.zshenv"
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("run_command", {"command": APPEND}, task=task)
-        rec = guard.records[-1]
+        rec = last_call(guard.records)
         assert (rec.decision, rec.terminated) == ("allow", False), rec.reasons
         (consent,) = [v for v in rec.violations if v.rule == "persistence-write"]
         assert consent.mode == "observe"

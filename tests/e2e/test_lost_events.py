@@ -16,6 +16,7 @@ import pytest
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.config import MonitorSection
 from mtguard_rt.monitor.loader import unload_program
+from tests.audit_records import last_call
 
 from .conftest import SERVERS, online_guard_config
 
@@ -44,7 +45,7 @@ async def test_a_flood_that_sheds_writing_opens_is_denied_a_small_call_is_not(
             with anyio.fail_after(CALL_BOUND_S):
                 out = await server.call_tool("run_command", {"command": SMALL}, task=TASK)
             assert "small" in out["content"][0]["text"]
-            rec = guard.records[-1]
+            rec = last_call(guard.records)
             assert rec.decision == "allow" and "lost-events" not in rec.rules, rec.violations
 
             with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:

@@ -11,6 +11,7 @@ import pytest
 
 from mtguard_rt import CallDenied, GuardConfig, open_guard
 from mtguard_rt.sandbox import SandboxConfig
+from tests.audit_records import last_call
 
 from ..audit.llm_server import serve_llm
 from ..telemetry.receiver import run_receiver
@@ -59,7 +60,7 @@ async def test_a_guarded_call_is_exported_as_spans(tmp_path: Path) -> None:
                 task="powers of two",
                 meta={"traceparent": parent},
             )
-            record = guard.records[-1]
+            record = last_call(guard.records)
         with anyio.fail_after(30):
             while not rx.spans():  # noqa: ASYNC110 - the receiver fills it from its own thread
                 await anyio.sleep(0.05)

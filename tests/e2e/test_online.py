@@ -16,6 +16,7 @@ import pytest
 
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord
+from tests.audit_records import last_call
 
 from .conftest import READ_CANARY, SERVERS, online_guard_config
 
@@ -41,7 +42,8 @@ async def test_canary_read_kills_the_call_before_its_write(tmp_path: Path) -> No
     async with open_guard(config) as guard, guard.connect(command, name="term") as server:
         benign = await server.call_tool("run_command", {"command": "echo hi > ok.txt; cat ok.txt"})
         assert '"stdout": "hi\\n"' in benign["content"][0]["text"]
-        assert guard.records[-1].decision == "allow" and not guard.records[-1].terminated
+        last = last_call(guard.records)
+        assert last.decision == "allow" and not last.terminated
 
         evil = f"{READ_CANARY}; sleep 20; echo done > after.txt"
         # within CALL_BOUND_S, shorter than the sleep: the call ended with the kill, not the

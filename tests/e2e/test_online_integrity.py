@@ -18,6 +18,7 @@ import pytest
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord, DeclaredCall
 from mtguard_rt.supervisor import SeamAction
+from tests.audit_records import last_call
 
 from .conftest import SERVERS, TERMINAL, online_guard_config
 from .hooks import Hook, OneShotSeam
@@ -77,7 +78,7 @@ async def test_swapped_command_is_killed_online_before_its_effect(tmp_path: Path
         with anyio.fail_after(CALL_BOUND_S):
             ok = await server.call_tool("run_command", {"command": "echo hi > ok.txt"})
         assert '"exit_code": 0' in ok["content"][0]["text"]
-        honest = guard.records[-1]
+        honest = last_call(guard.records)
         assert honest.decision == "allow" and not honest.terminated, honest.violations
 
         seam.arm(swap_to(EVIL))

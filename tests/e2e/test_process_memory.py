@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
+from tests.audit_records import last_call
 
 from .conftest import online_guard_config
 
@@ -38,7 +39,8 @@ async def test_opening_another_process_memory_is_denied_own_memory_is_not(
         with anyio.fail_after(CALL_BOUND_S):
             own = await srv.call_tool("status", {"probe": "self"}, task=TASK)
         assert "read 1 byte of my own memory" in own["content"][0]["text"], own
-        assert guard.records[-1].decision == "allow", guard.records[-1].reasons
+        last = last_call(guard.records)
+        assert last.decision == "allow", last.reasons
 
         with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
             await srv.call_tool("status", {"probe": "child"}, task=TASK)

@@ -15,6 +15,7 @@ from mtguard_rt.audit.profile import load_profile
 from mtguard_rt.cli import main
 from mtguard_rt.config import OnlineSection, ProfileSection
 from mtguard_rt.sandbox import SandboxConfig
+from tests.audit_records import last_call
 
 SERVERS = Path(__file__).resolve().parents[2] / "examples" / "servers"
 FINANCE = [sys.executable, str(SERVERS / "finance.py")]
@@ -65,13 +66,13 @@ async def test_learned_profile_flags_a_rug_pull_not_a_benign_repeat(
             result = await server.call_tool(
                 "get_stock_info", {"ticker": "GOOGL"}, task=_task("GOOGL")
             )
-            benign = guard.records[-1]
+            benign = last_call(guard.records)
         assert "GOOGL" in result["content"][0]["text"]
         assert benign.decision == "allow" and "profile-deviation" not in benign.rules
         rugged = msgspec.structs.replace(sandbox, env=attack)
         async with guard.connect(FINANCE, name="fin", sandbox=rugged) as server:
             await server.call_tool("get_stock_info", {"ticker": "AMZN"}, task=_task("AMZN"))
-            assert "profile-deviation" not in guard.records[-1].rules  # still benign
+            assert "profile-deviation" not in last_call(guard.records).rules  # still benign
             with pytest.raises(CallDenied) as info:
                 await server.call_tool("get_stock_info", {"ticker": "TSLA"}, task=_task("TSLA"))
     found = [v for v in info.value.verdict.violations if v.rule == "profile-deviation"]

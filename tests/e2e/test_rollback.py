@@ -20,6 +20,7 @@ from mtguard_rt.model import AuditRecord
 from mtguard_rt.sandbox import SandboxConfig
 from mtguard_rt.telemetry.explain import explain_record
 from mtguard_rt.telemetry.view_text import render_text
+from tests.audit_records import last_call
 
 from ..sandbox.test_rollback_unit import manifest, populate
 from .conftest import READ_CANARY, SERVERS, TERMINAL
@@ -74,7 +75,7 @@ async def run(guard: Any, server: Any, command: str) -> AuditRecord:
             await server.call_tool("run_command", {"command": command})
         except CallDenied:
             pass
-    record: AuditRecord = guard.records[-1]
+    record: AuditRecord = last_call(guard.records)
     assert record.arguments == {"command": command}
     return record
 

@@ -19,6 +19,7 @@ from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.eval.evidence import cut_before_effect, side_effects
 from mtguard_rt.model import AuditRecord, DeclaredCall, StdioMessage
 from mtguard_rt.supervisor import SeamAction
+from tests.audit_records import last_call
 
 from .conftest import TERMINAL, online_guard_config
 from .hooks import OneShotSeam
@@ -75,7 +76,7 @@ async def test_a_swapped_or_replayed_call_is_cut_before_any_effect(tmp_path: Pat
                     with anyio.fail_after(CALL_BOUND_S):
                         ok = await server.call_tool("run_command", {"command": f"echo {i}"})
                     assert '"exit_code": 0' in ok["content"][0]["text"]
-                    honest = guard.records[-1]
+                    honest = last_call(guard.records)
                     assert honest.decision == "allow" and not honest.terminated
                 seam.arm(swap if n % 2 == 0 else replay)
                 with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:

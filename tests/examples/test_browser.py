@@ -27,6 +27,7 @@ import pytest
 
 from mtguard_rt.eval.corpus import default_corpus_dir
 from mtguard_rt.eval.mcp_client import open_stdio_client
+from tests.audit_records import last_call
 from tests.conftest import require_corpus
 
 SITES = Path(__file__).resolve().parents[2] / "examples" / "sites"
@@ -352,10 +353,10 @@ async def test_sandboxed_browser_call_is_allowed_and_traced(
                 result = await server.call_tool(
                     "playwright_navigate", {"url": site + "booking/"},
                     task=f"find the cheapest direct flight on {site}booking/")
-                first = guard.records[-1]
+                first = last_call(guard.records)
                 clicked = await server.call_tool(
                     "playwright_click", {"selector": "#flights-link"}, task=f"book on {site}")
-                second = guard.records[-1]
+                second = last_call(guard.records)
     assert result["isError"] is False and 'heading[1] "Booking"' in text(result)
     assert "Page: " + site + "booking/flights.html" in text(clicked)
     for record in (first, second):

@@ -19,6 +19,7 @@ from mtguard_rt import CallDenied, GuardConfig, open_guard
 from mtguard_rt.guard import Guard
 from mtguard_rt.model import AuditRecord, DeclaredCall
 from mtguard_rt.supervisor import SeamAction
+from tests.audit_records import last_call
 from tests.e2e.hooks import OneShotSeam
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.docker]
@@ -58,7 +59,7 @@ async def denied(guard: Guard, server: Any, text: str) -> CallDenied:
             await server.call_tool("echo", {"text": text})
         except CallDenied as exc:
             return exc
-    record = guard.records[-1]
+    record = last_call(guard.records)
     tree = record.tree
     why = tree and (tree.stdio, tree.incomplete_reasons)
     raise AssertionError(f"not denied: {record.violations}; {why}")
@@ -71,7 +72,7 @@ async def test_benign_call_is_captured_and_matches() -> None:
         with anyio.fail_after(60):
             result = await server.call_tool("echo", {"text": "benign é ✓"})
         assert result["content"][0]["text"] == "benign é ✓"
-        record = guard.records[-1]
+        record = last_call(guard.records)
         assert record.decision == "allow" and not INTEGRITY & set(fired(record))
         assert record.tree is not None and record.tree.complete, record.tree
         cap = record.tree.stdio
@@ -119,7 +120,7 @@ async def test_seam_replay_and_tampered_result_are_caught() -> None:
         # after both, an honest call is allowed again
         with anyio.fail_after(60):
             await server.call_tool("echo", {"text": "honest"})
-        assert guard.records[-1].decision == "allow"
+        assert last_call(guard.records).decision == "allow"
 
 
 @pytest.mark.anyio
@@ -134,7 +135,7 @@ async def test_tool_call_hook_routed_to_another_sandbox_is_caught() -> None:
             ))
             with anyio.fail_after(60):
                 await server.call_tool("echo", {"text": "routed"})
-            record = guard.records[-1]
+            record = last_call(guard.records)
             evidence = fired(record)["request-mismatch"]
             assert record.decision == "deny" and record.tree and record.tree.stdio
             assert record.tree.stdio.server == "calc"
@@ -150,7 +151,7 @@ async def test_16_mb_argument_is_unverified_not_denied() -> None:
         with anyio.fail_after(120):
             result = await server.call_tool("echo", {"text": text})
         assert len(result["content"][0]["text"]) == len(text)
-        record = guard.records[-1]
+        record = last_call(guard.records)
         assert not INTEGRITY & {v.rule for v in record.violations}
         assert record.tree is not None and record.tree.stdio is not None
         assert record.tree.stdio.unverified
@@ -172,7 +173,7 @@ async def test_other_runtimes_and_stdout_garbage(command: list[str]) -> None:
     async with guarded(seam) as guard, guard.connect(command, name="raw") as server:
         with anyio.fail_after(60):
             await server.call_tool("echo", {"text": "hello"})
-        record = guard.records[-1]
+        record = last_call(guard.records)
         assert record.decision == "allow", record.violations
         cap = record.tree.stdio if record.tree else None
         assert cap is not None and [m.tool for m in cap.requests] == ["echo"]
@@ -190,7 +191,7 @@ async def test_a_call_sent_behind_the_guards_back_is_reported_on_the_next_call()
     async with guarded(seam) as guard, guard.connect(ECHO, name="echo") as server:
         with anyio.fail_after(60):
             await server.call_tool("echo", {"text": "first"})
-        assert guard.records[-1].decision == "allow"
+        assert last_call(guard.records).decision == "allow"
         # a compromised host writes straight to the server's stdin, outside any guarded call
         slot = server.upstream.expect("sneaky")
         params = {"name": "echo", "arguments": {"text": "behind your back"}}
@@ -205,4 +206,4 @@ async def test_a_call_sent_behind_the_guards_back_is_reported_on_the_next_call()
         assert '"behind your back"' in line
         with anyio.fail_after(60):  # reported once: the next call is clean again
             await server.call_tool("echo", {"text": "third"})
-        assert guard.records[-1].decision == "allow"
+        assert last_call(guard.records).decision == "allow"

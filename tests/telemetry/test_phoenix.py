@@ -35,6 +35,7 @@ import pytest
 
 from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.model import AuditRecord, ProcessNode
+from tests.audit_records import last_call
 
 from ..conftest import REQUIRE_REAL
 from ..e2e.conftest import READ_CANARY, SERVERS, online_guard_config
@@ -223,7 +224,7 @@ async def test_guarded_calls_arrive_in_phoenix_with_their_trees(
             async with guard.connect(command, name="term") as server:
                 with anyio.fail_after(CALL_BOUND_S):
                     await server.call_tool("run_command", {"command": "echo hi"})
-                    allowed = guard.records[-1]
+                    allowed = last_call(guard.records)
                     with pytest.raises(CallDenied) as info:
                         await server.call_tool("run_command", {"command": DENIED_COMMAND})
         denied = info.value.record
