@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any
 
 from ..model import BehaviorTree
@@ -252,11 +253,17 @@ class WriteConsent:
         call wrote into `path` (read back): that path is content (a PATH entry), not a
         target."""
         added = "\n".join(added_lines(*self.ctx.written[path])) if path in self.ctx.written else ""
-        for _, text in _strings(self.ctx.call.arguments):
-            bare = text.strip()
-            if _PATHLIKE.fullmatch(bare) and not names_path([bare], path) and bare not in added:
+        for bare in self._path_args:
+            if not names_path([bare], path) and bare not in added:
                 return True
         return False
+
+    @cached_property
+    def _path_args(self) -> list[str]:
+        """The arguments that are a bare path (stripped), found once per call (`_elsewhere`
+        asks for each candidate path)."""
+        texts = (text.strip() for _, text in _strings(self.ctx.call.arguments))
+        return [bare for bare in texts if _PATHLIKE.fullmatch(bare)]
 
     def _decide(self, path: str) -> str | None:
         task = self._task

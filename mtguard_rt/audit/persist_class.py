@@ -18,6 +18,7 @@ words ask for one, and how its content is judged (`Judge`):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -177,6 +178,7 @@ _SAMPLE = re.compile(r"\.sample$")  # git's own hook templates: inert
 _INTERPRETER = re.compile(r"^(?:python|pypy)[\d.]*$")
 
 
+@functools.lru_cache(maxsize=8192)  # a pure function of the path, asked per path per call
 def persist_class(path: str) -> PersistClass | None:
     """The persistence class of an absolute path, or None."""
     if not path.startswith("/") or not _ALL.matches(path) or _SAMPLE.search(path):

@@ -26,6 +26,7 @@ _HOSTISH = re.compile(
     r"(?<![\w.@/\-])((?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?\.)+([a-zA-Z]{2,24}))(?![\w\-]|\.[a-zA-Z0-9])"
 )
 _WORDS = re.compile(r"[A-Za-z0-9$][A-Za-z0-9.\-$]*")
+_HOME = re.compile(HOME_RE)
 
 
 def iter_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
@@ -140,9 +141,10 @@ def _sentence_ends(toks: list[str]) -> list[str]:
 def names_path(texts: Iterable[str], path: str) -> bool:
     """True when some text names the absolute `path` (exactly, via ~ / $HOME, or by a
     relative suffix such as `.ssh/id_rsa` or `notes/todo.txt`)."""
-    home = re.match(HOME_RE, path)
+    base = os.path.basename(path.rstrip("/"))  # a text not holding it names nothing
+    home = _HOME.match(path)
     for text in texts:
-        if os.path.basename(path.rstrip("/")) not in text:
+        if base not in text:
             continue
         for tok in _sentence_ends(_tokens(text)):
             if home and (tok.startswith("~/") or tok.startswith("$HOME/")):
