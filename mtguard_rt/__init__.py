@@ -7,7 +7,8 @@ declared afterwards, with the result withheld on deny.
 
 __version__ = "0.1.0"
 
-from .config import GuardConfig, load_config
+import typing as _typing
+
 from .errors import (
     AuditError,
     CallDenied,
@@ -20,8 +21,31 @@ from .errors import (
     SandboxError,
     ServerExited,
 )
-from .guard import Guard, GuardedServer, open_guard
-from .model import AuditRecord, BehaviorTree, DeclaredCall, ProcessNode, Verdict, Violation
+
+if _typing.TYPE_CHECKING:
+    from .config import GuardConfig, load_config
+    from .guard import Guard, GuardedServer, open_guard
+    from .model import AuditRecord, BehaviorTree, DeclaredCall, ProcessNode, Verdict, Violation
+
+# Imported on first use (PEP 562): `mtguard proxy` reaches its sandbox without paying for
+# the whole guard's imports first (the CLI imports this package before any subcommand).
+_LAZY = {
+    "GuardConfig": "config", "load_config": "config",
+    "Guard": "guard", "GuardedServer": "guard", "open_guard": "guard",
+    "AuditRecord": "model", "BehaviorTree": "model", "DeclaredCall": "model",
+    "ProcessNode": "model", "Verdict": "model", "Violation": "model",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AuditError",

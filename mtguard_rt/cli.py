@@ -16,19 +16,24 @@ from . import commands
 from .errors import GuardError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv` naming a subcommand, only that one's module is imported (a
+    proxy's start does not pay for every other subcommand's imports: seconds under load)."""
     parser = argparse.ArgumentParser(
         prog="mtguard", description="Runtime guard for MCP tool calls (sandbox + eBPF + audits)."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
+    first = argv[0] if argv else None
+    for name in [first] if first in names else names:
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

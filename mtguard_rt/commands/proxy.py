@@ -185,12 +185,12 @@ def upstream_from_args(args: argparse.Namespace) -> tuple[str | None, dict[str, 
     import os
 
     from ..errors import GuardError
-    from ..proxy.remote import check_upstream_url, upstream_headers
 
     if args.upstream is None:
         if args.upstream_header:
             raise GuardError("--upstream-header needs --upstream URL")
         return None, {}
+    from ..proxy.remote import check_upstream_url, upstream_headers  # the MCP SDK: only here
     url = check_upstream_url(args.upstream)
     if [a for a in args.server if a != "--"]:
         raise GuardError("give either --upstream URL or -- SERVER_CMD, not both")

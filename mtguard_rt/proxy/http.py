@@ -26,7 +26,7 @@ import json
 import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,10 +47,10 @@ from mcp_types import HEADER_MISMATCH, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..config import GuardConfig
-from ..errors import GuardError
+from ..errors import GuardError, MonitorLost
 from ..guard import open_guard
 from .remote import connect_server, redact
-from .stdio import Relay
+from .stdio import HOST_EOF_GRACE_S, Relay
 from .upstream import Message
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -173,6 +173,24 @@ class HttpFront:
         self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
         self.response_timeout_s = response_timeout_s
         self.sessions: dict[str, Session] = {}
+        self.answering = 0  # requests relayed whose answer is not written yet (GETs aside)
+        self._quiet = anyio.Event()
+        self._quiet.set()
+
+    async def replied(self) -> None:
+        """Until every relayed request's answer is written (or its client left)."""
+        await self._quiet.wait()
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        self.answering += 1
+        self._quiet = anyio.Event() if self._quiet.is_set() else self._quiet
+        try:
+            yield
+        finally:
+            self.answering -= 1
+            if not self.answering:
+                self._quiet.set()
 
     async def handle(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:
@@ -280,6 +298,13 @@ class HttpFront:
     async def answer(
         self, message: Message, stream: anyio.abc.ByteStream, *, sse: bool,
         session: Session | None = None, opens: bool = False,
+    ) -> None:
+        with self._answering():
+            await self._answer(message, stream, sse=sse, session=session, opens=opens)
+
+    async def _answer(
+        self, message: Message, stream: anyio.abc.ByteStream, *, sse: bool,
+        session: Session | None, opens: bool,
     ) -> None:
         host_id = message["id"]
         proxy_id = f"mtguard-http-{next(self.router.ids)}"
@@ -559,35 +584,48 @@ async def serve_http(
         )
     router = Router()
     relay = Relay(router)
-    async with (
-        open_guard(config, monitor=upstream_url is None) as guard,
-        connect_server(
-            guard, command, name, relay.from_server, upstream_url, upstream_headers
-        ) as server,
-    ):
-        relay.attach(server)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(relay.server_gone)
-            listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
-            bound = listener.listeners[0].extra(anyio.abc.SocketAttribute.local_port)
-            front = HttpFront(
-                relay,
-                router,
-                tg,
-                loopback=loopback,
-                token=token,
-                allowed_origins=allowed_origins,
-                response_timeout_s=config.call_timeout_s + READ_TIMEOUT_S,
-            )
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
-            what = redact(upstream_url) if upstream_url else " ".join(command)
-            _log(
-                f"guarding {what!r} {server.upstream.describe()} ({guard.monitor_mode}), "
-                f"serving MCP at "
-                f"http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp"
-            )
-            async with listener:
-                await listener.serve(front.handle, task_group=tg)
+    front: HttpFront | None = None
+    # The exchanges run in a group outside the guard: when the monitor is lost, the guard
+    # unwinds (its calls cancelled, the sandbox removed), `failing_closed` answers what waits
+    # and those answers still reach the clients (the stdio front's way), then all ends.
+    async with anyio.create_task_group() as exchanges:
+        try:
+            async with (
+                relay.failing_closed(),
+                open_guard(config, monitor=upstream_url is None) as guard,
+                connect_server(
+                    guard, command, name, relay.from_server, upstream_url, upstream_headers
+                ) as server,
+            ):
+                relay.attach(server)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(relay.server_gone)
+                    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+                    bound = listener.listeners[0].extra(anyio.abc.SocketAttribute.local_port)
+                    front = HttpFront(
+                        relay,
+                        router,
+                        tg,
+                        loopback=loopback,
+                        token=token,
+                        allowed_origins=allowed_origins,
+                        response_timeout_s=config.call_timeout_s + READ_TIMEOUT_S,
+                    )
+                    tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                    what = redact(upstream_url) if upstream_url else " ".join(command)
+                    _log(
+                        f"guarding {what!r} {server.upstream.describe()} ({guard.monitor_mode}), "
+                        f"serving MCP at "
+                        f"http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp"
+                    )
+                    async with listener:
+                        await listener.serve(front.handle, task_group=exchanges)
+        except* MonitorLost:
+            if front is not None:  # the answers written before the exchanges are cancelled
+                with anyio.CancelScope(shield=True), anyio.move_on_after(HOST_EOF_GRACE_S):
+                    await front.replied()
+            raise
+        exchanges.cancel_scope.cancel()  # served to the end: open GET streams close too
 
 
 __all__ = ["HttpFront", "Router", "is_loopback", "parse_listen", "serve_http"]

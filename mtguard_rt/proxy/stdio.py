@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.abc
-import mcp_types as types
-from mcp.shared.message import SessionMessage
 
 from ..config import GuardConfig
 from ..errors import MonitorLost, ServerExited
 from ..guard import GuardedServer, open_guard
 from ..startup import end_startup
-from .hoststdio import host_stdio_server
-from .remote import connect_server, redact
+from .prefetch import Prefetch
 from .upstream import Message, UpstreamError
 from .withhold import WITHHELD, Withholder
 
@@ -39,6 +36,10 @@ PROTOCOL_STAMP = "io.modelcontextprotocol/"  # _meta keys a sessionless revision
 STARTUP_ENDS = frozenset({"initialize", "tools/list"})
 # After the host closes stdin, in-flight calls get this long to finish and be recorded.
 HOST_EOF_GRACE_S = 5.0
+# The host side's third-party modules, imported in a thread while the guard and its sandbox
+# start (`Prefetch`): the host's stdio is opened once they are in, its `initialize` waits in
+# the pipe meanwhile, and the server's real answer is what the host gets.
+HOST_SIDE = ("mcp_types", "mcp.shared.message", "mcp.server.stdio", "mcp.shared.inbound")
 
 
 def _log(text: str) -> None:
@@ -46,8 +47,13 @@ def _log(text: str) -> None:
 
 
 class Relay:
-    def __init__(self, write: Any) -> None:
-        self.write = write
+    def __init__(self, write: Any = None) -> None:
+        self.write: Any = None
+        self.host_open = anyio.Event()  # set once `write` is there: a send waits for it
+        self.calls: anyio.abc.TaskGroup | None = None  # the calls' group, inside the guard
+        self.host_done = anyio.Event()  # the host side is done: the guard may unwind
+        if write is not None:
+            self.open_host(write)
         self.server: GuardedServer | None = None
         self.list_requests: dict[Any, bool] = {}  # id -> whether it asked for a later page
         self.in_flight: set[Any] = set()
@@ -60,14 +66,26 @@ class Relay:
         self.idle.set()
         self.dropped_from_server = 0
 
+    def open_host(self, write: Any) -> None:
+        """The host's write side is there (the MCP SDK with it): sends go out now."""
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        self._validate = mcp_types.jsonrpc_message_adapter.validate_python
+        self._wrap = SessionMessage
+        self.write = write
+        self.host_open.set()
+
     async def send(self, message: Message) -> None:
+        if self.write is None:  # the server spoke before the host side was open
+            await self.host_open.wait()
         try:
-            parsed = types.jsonrpc_message_adapter.validate_python(message)
+            parsed = self._validate(message)
         except ValueError:
             self.dropped_from_server += 1
             _log(f"dropped a message the host could not parse: {str(message)[:200]}")
             return
-        await self.write.send(SessionMessage(parsed))
+        await self.write.send(self._wrap(parsed))
 
     async def error(self, request_id: Any, code: int, text: str) -> None:
         await self.send(
@@ -251,33 +269,80 @@ async def serve_stdio(
     upstream_headers: dict[str, str] | None = None,
 ) -> None:
     """Serve one host over stdio until it closes stdin. With `upstream_url`, the guarded
-    server is that streamable HTTP endpoint (no sandbox, no monitor) instead of `command`."""
-    async with host_stdio_server(stdin, stdout) as (read_stream, write_stream), write_stream:
-        relay = Relay(write_stream)
-        guarded = open_guard(config, monitor=upstream_url is None)
-        async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
-            async with connect_server(
-                guard, command, name, relay.from_server, upstream_url, upstream_headers
-            ) as server:
-                relay.attach(server)
-                what = redact(upstream_url) if upstream_url else " ".join(command)
-                _log(
-                    f"guarding {what!r} {server.upstream.describe()} "
-                    f"({'observe' if guard.observe else 'enforce'} mode, {guard.monitor_mode}, "
-                    f"audit log "
-                    f"{config.audit_log or 'off'})"
-                )
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(relay.server_gone)
+    server is that streamable HTTP endpoint (no sandbox, no monitor) instead of `command`.
+
+    The guard and its sandbox start in a task of their own; the host side's modules are
+    imported (`Prefetch`) while Docker starts the sandbox and the server starts in it, then
+    the host's stdio is opened, and read once the guard is up. The guard's task holds the
+    calls' group, so a lost monitor cancels the calls before the sandbox goes and
+    `failing_closed` answers them while the host side is open."""
+    host_side = Prefetch(HOST_SIDE)
+    relay = Relay()
+    ready = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_run_guard, relay, ready, host_side, config, command, name,
+                          upstream_url, upstream_headers)  # fmt: skip
+            await host_side.wait()
+            from .hoststdio import host_stdio_server
+
+            async with host_stdio_server(stdin, stdout) as (read_stream, write_stream):
+                async with write_stream:
+                    relay.open_host(write_stream)
+                    await ready.wait()
+                    assert relay.calls is not None
                     async for item in read_stream:
                         if isinstance(item, Exception):
                             await _host_parse_error(relay, item)
                             continue
                         message = item.message.model_dump(by_alias=True, exclude_unset=True)
-                        await relay.from_host(message, tg)
+                        await relay.from_host(message, relay.calls)
                     with anyio.move_on_after(HOST_EOF_GRACE_S):
                         await relay.idle.wait()
-                    tg.cancel_scope.cancel()
+                    relay.host_done.set()
+    finally:
+        host_side.join()  # never an import cut short by the interpreter's exit
+
+
+async def _run_guard(
+    relay: Relay,
+    ready: anyio.Event,
+    host_side: Prefetch,
+    config: GuardConfig,
+    command: list[str],
+    name: str | None,
+    upstream_url: str | None,
+    upstream_headers: dict[str, str] | None,
+) -> None:
+    """The guard, its server and the calls' group, until the host side is done."""
+    guarded = open_guard(config, monitor=upstream_url is None)
+    async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
+        server_cm: AbstractAsyncContextManager[GuardedServer]
+        if upstream_url is None:
+            server_cm = guard.connect(command, name, handshake=False, on_message=relay.from_server)
+            what = " ".join(command)
+        else:
+            from .remote import connect_server, redact
+
+            server_cm = connect_server(
+                guard, command, name, relay.from_server, upstream_url, upstream_headers
+            )
+            what = redact(upstream_url)
+        host_side.start()  # its imports overlap Docker's work and the server's start
+        async with server_cm as server:
+            relay.attach(server)
+            _log(
+                f"guarding {what!r} {server.upstream.describe()} "
+                f"({'observe' if guard.observe else 'enforce'} mode, {guard.monitor_mode}, "
+                f"audit log "
+                f"{config.audit_log or 'off'})"
+            )
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(relay.server_gone)
+                relay.calls = calls
+                ready.set()
+                await relay.host_done.wait()
+                calls.cancel_scope.cancel()
 
 
 def _first(group: BaseExceptionGroup[MonitorLost]) -> MonitorLost:
