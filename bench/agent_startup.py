@@ -1,6 +1,6 @@
 """A proxy's `initialize` latency: the host's agent up, in-process, direct, cold host.
 
-    .venv/bin/python bench/agent_startup.py [--starts 5]
+    .venv/bin/python bench/agent_startup.py [--starts 5] [--base DIR] [--skip MODE]
 
 Starts `mtguard agent run` on a private socket (its one compile timed), then alternates
 `mtguard proxy -- python echo.py` started with MTGUARD_AGENT_SOCKET pointing at it (agent
@@ -38,7 +38,7 @@ async def one_start(env: dict[str, str], mode: str, err: Path) -> tuple[float, f
     cmd = [MTGUARD, "proxy", "--mount", EXAMPLES, "--", *ECHO]
     with err.open("w") as errf:
         t0 = time.perf_counter()
-        proc = await anyio.open_process(cmd, env=env, stderr=errf)
+        proc = await anyio.open_process(cmd, env=env, stderr=errf, cwd=err.parent)
         async with proc:
             await process_client(proc).initialize()
             t1 = time.perf_counter()
@@ -114,65 +114,105 @@ async def cold_only(starts: int) -> None:
             f"ms = its agent's compile + {stats(over)['p50']:.0f} ms (p50), n={starts}")
 
 
-async def main(starts: int) -> None:
+def start_agent(sock: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(  # the agent outlives every measured start
+        [MTGUARD, "agent", "run", "--socket", str(sock)], stdout=subprocess.PIPE, text=True,
+        env=env, cwd=sock.parent,
+    )  # fmt: skip
+
+
+async def agent_ready(agent: subprocess.Popen[str], t0: float, what: str) -> None:
+    assert agent.stdout is not None
+    with anyio.fail_after(AGENT_START_S):
+        line = await anyio.to_thread.run_sync(agent.stdout.readline)
+    if "serving at" not in line:
+        raise RuntimeError(f"the {what} agent did not start: {line!r}")
+    print(f"{what} agent up in {ms(t0, time.perf_counter()):.0f} ms: {line.strip()}")
+
+
+async def main(starts: int, base: str | None, skip: set[str]) -> None:
+    """With `base` (a checkout of older code, e.g. a `git worktree`): `agent-base` starts too,
+    the same proxy run from that code (PYTHONPATH) against an agent of its own code, so the
+    before/after ratio comes from one run."""
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="mtguard-agent-bench-") as tmp:
         sock = Path(tmp) / "run" / "agent.sock"
-        t0 = time.perf_counter()
-        agent = subprocess.Popen(  # noqa: ASYNC220 - the agent outlives every measured start
-            [MTGUARD, "agent", "run", "--socket", str(sock)], stdout=subprocess.PIPE, text=True
-        )
-        modes = ("agent", "in-process", "direct", "cold")
+        sock.parent.mkdir(parents=True)
+        modes = [m for m in ("agent", "agent-base", "in-process", "direct", "cold")
+                 if m not in skip and (m != "agent-base" or base)]  # fmt: skip
         init: dict[str, list[float]] = {m: [] for m in modes}
-        exits: dict[str, list[float]] = {"agent": [], "in-process": []}
+        exits: dict[str, list[float]] = {m: [] for m in modes if m not in ("direct", "cold")}
         cold_load: list[float] = []
+        agents = []
         try:
-            assert agent.stdout is not None
-            with anyio.fail_after(AGENT_START_S):
-                line = await anyio.to_thread.run_sync(agent.stdout.readline)
-            if "serving at" not in line:
-                raise RuntimeError(f"the agent did not start: {line!r}")
-            print(f"agent up in {ms(t0, time.perf_counter()):.0f} ms: {line.strip()}")
-            on = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
-            off = {**os.environ, "MTGUARD_AGENT": "off", "MTGUARD_AGENT_SOCKET": str(sock)}
+            t0 = time.perf_counter()
+            agents.append(start_agent(sock, dict(os.environ)))
+            await agent_ready(agents[-1], t0, "this code's")
+            envs = {"agent": {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)},
+                    "in-process": {**os.environ, "MTGUARD_AGENT": "off",
+                                   "MTGUARD_AGENT_SOCKET": str(sock)}}  # fmt: skip
+            if base:
+                base_sock = Path(tmp) / "base" / "run" / "agent.sock"
+                base_sock.parent.mkdir(parents=True)
+                base_env = {**os.environ, "PYTHONPATH": base}
+                t0 = time.perf_counter()
+                agents.append(start_agent(base_sock, base_env))
+                await agent_ready(agents[-1], t0, "the base code's")
+                envs["agent-base"] = {**base_env, "MTGUARD_AGENT_SOCKET": str(base_sock)}
             for i in range(starts):
-                for mode, env in (("agent", on), ("in-process", off)):
-                    a, b = await one_start(env, mode, Path(tmp) / f"err-{mode}-{i}")
+                for mode in [m for m in modes if m in envs]:
+                    said = "agent" if mode == "agent-base" else mode
+                    a, b = await one_start(envs[mode], said, Path(tmp) / f"err-{mode}-{i}")
                     init[mode].append(a)
                     exits[mode].append(b)
                     print(f"  {mode:<10} start {i + 1}: initialize {a:7.0f} ms, exit {b:6.0f} ms",
                           flush=True)  # fmt: skip
-                init["direct"].append(await direct_start())
-                print(f"  direct     start {i + 1}: initialize {init['direct'][-1]:7.0f} ms")
-                a, load_ms = await cold_start(Path(tmp), i)
-                init["cold"].append(a)
-                cold_load.append(load_ms)
-                print(f"  cold       start {i + 1}: initialize {a:7.0f} ms (its agent's compile "
-                      f"+ load {load_ms:.0f} ms)", flush=True)  # fmt: skip
+                if "direct" in modes:
+                    init["direct"].append(await direct_start())
+                    print(f"  direct     start {i + 1}: initialize {init['direct'][-1]:7.0f} ms")
+                if "cold" in modes:
+                    a, load_ms = await cold_start(Path(tmp), i)
+                    init["cold"].append(a)
+                    cold_load.append(load_ms)
+                    print(f"  cold       start {i + 1}: initialize {a:7.0f} ms (its agent's "
+                          f"compile + load {load_ms:.0f} ms)", flush=True)  # fmt: skip
         finally:
-            agent.terminate()
-            agent.wait(60)
-            if agent.stdout is not None:
-                agent.stdout.close()
+            for agent in agents:
+                agent.terminate()
+                agent.wait(60)
+                if agent.stdout is not None:
+                    agent.stdout.close()
     for mode in modes:
         print(f"{mode:<10} initialize: {fmt(stats(init[mode]))}")
     for mode in exits:
         print(f"{mode:<10} exit:       {fmt(stats(exits[mode]))}")
-    print(f"cold agent compile + load: {fmt(stats(cold_load))}")
     p = {mode: stats(init[mode])["p50"] for mode in modes}
-    over = [a - b for a, b in zip(init["cold"], cold_load, strict=True)]
-    summary(
-        "agent_startup",
-        f"proxy initialize p50: agent up {p['agent']:.0f} ms, in-process {p['in-process']:.0f} "
-        f"ms ({p['in-process'] / p['agent']:.1f}x), direct (no proxy) {p['direct']:.0f} ms, "
-        f"cold host on demand {p['cold']:.0f} ms = its agent's compile + "
-        f"{stats(over)['p50']:.0f} ms (p50); n={starts} each",
-    )
+    line = f"proxy initialize p50: agent up {p['agent']:.0f} ms"
+    if "agent-base" in p:
+        line += f", agent up on the base code {p['agent-base']:.0f} ms " \
+                f"({p['agent-base'] / p['agent']:.2f}x)"
+    if "in-process" in p:
+        line += f", in-process {p['in-process']:.0f} ms ({p['in-process'] / p['agent']:.1f}x)"
+    if "direct" in p:
+        line += f", direct (no proxy) {p['direct']:.0f} ms"
+    if "cold" in p:
+        print(f"cold agent compile + load: {fmt(stats(cold_load))}")
+        over = [a - b for a, b in zip(init["cold"], cold_load, strict=True)]
+        line += f", cold host on demand {p['cold']:.0f} ms = its agent's compile + " \
+                f"{stats(over)['p50']:.0f} ms (p50)"
+    summary("agent_startup", f"{line}; n={starts} each")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--cold-only", action="store_true", help="only cold-host starts")
+    parser.add_argument("--base", metavar="DIR", help="also start proxies of the code in DIR "
+                        "(a worktree of an older commit): before/after in one run")
+    parser.add_argument("--skip", action="append", default=[], metavar="MODE",
+                        choices=["in-process", "direct", "cold"], help="leave a mode out")
     args = parser.parse_args()
-    anyio.run(cold_only if args.cold_only else main, args.starts, backend="trio")
+    if args.cold_only:
+        anyio.run(cold_only, args.starts, backend="trio")
+    else:
+        anyio.run(main, args.starts, args.base, set(args.skip), backend="trio")

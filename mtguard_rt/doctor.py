@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
 
-from .errors import GuardError
+from .errors import GuardError, MonitorLost
 from .monitor.probe import probe
 from .sandbox.cgroups import cgroup2_mount
 from .sandbox.engine import DockerEngine, open_engine
@@ -152,12 +153,32 @@ def _agent() -> Check:
 
     remote, mode = open_agent_program()  # doctor starts none, even with MTGUARD_AGENT=auto
     if remote is not None:
-        remote.close()
+        try:
+            mode += "; " + sessions_line(remote.status().get("session_list"))
+        except MonitorLost as exc:  # it answered hello, then went: the mode line stands
+            mode += f"; its sessions unknown ({exc})"
+        finally:
+            remote.close()
     elif agent_on_demand():
         mode += "; a guard would start one (MTGUARD_AGENT=auto)"
     fix = ("optional: `mtguard agent run`, its systemd unit (`mtguard agent install-unit`) or "
            "MTGUARD_AGENT=auto shares one BPF program among all guards")  # fmt: skip
     return Check("monitor mode", remote is not None, mode, fix, required=False)
+
+
+def sessions_line(sessions: Any) -> str:
+    """The agent's sessions of this user, from its status: `host-41 (fs pid 42, git pid 43;
+    1 left)`; an agent too old to list them says so."""
+    if not isinstance(sessions, list):
+        return "sessions: not listed by this agent"
+    if not sessions:
+        return "sessions: none"
+    parts = []
+    for s in sessions:
+        servers = ", ".join(f"{name} pid {pid}" for name, pid in s.get("servers") or [])
+        left = f"; {s['left']} left" if s.get("left") else ""
+        parts.append(f"{s.get('name')} ({servers or 'no live server'}{left})")
+    return f"sessions: {'; '.join(parts)}"
 
 
 def render(checks: list[Check], color: bool) -> str:

@@ -181,8 +181,8 @@ class Agent:
         if op == "hello":
             # `lost`: this agent answers the per-cgroup `lost` request (older ones do not)
             return {"pid": os.getpid(), "load_ms": round(p.load_s * 1000, 1), "lost": True}
-        if op == "status":
-            return self.status()
+        if op == "status":  # with the asker's own sessions (`mtguard doctor` lists them)
+            return {**self.status(), "session_list": self.sessions.summary(conn.uid)}
         if op == "stop":
             self.stop.set()
             return None

@@ -179,6 +179,16 @@ class SessionStore:
             s.used = time.monotonic()
         return {"versions": versions, "changed": changed}
 
+    def summary(self, uid: int) -> list[dict[str, Any]]:
+        """uid's sessions as `mtguard doctor` shows them: each name, its live servers (and
+        their proxies' pids), how many members left."""
+        return [
+            {"name": name, "servers": [[m.state.server, m.state.pid] for m in s.live.values()],
+             "left": len(s.departed)}
+            for (owner_uid, name), s in self._sessions.items()
+            if owner_uid == uid
+        ]  # fmt: skip
+
     def leave(self, owner: object) -> None:
         """The connection ended: its members leave their sessions, kept as history."""
         for s, member in self._joined.pop(owner, []):

@@ -140,3 +140,80 @@ async def test_an_agent_killed_mid_call_fails_the_proxy_closed(tmp_path: Path) -
     assert "agent" in text, text  # the reason names what was lost
     said = (tmp_path / "proxy.err").read_text()
     assert "the monitor is lost" in said, said
+
+
+def _http_proxy(tmp: Path, sock: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`mtguard proxy --listen 127.0.0.1:0` (the port the kernel picks) over the agent."""
+    env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
+    cmd = proxy_cmd(tmp / "h.jsonl", "wait a moment")
+    cmd[2:2] = ["--listen", "127.0.0.1:0"]
+    err = tmp / "http-proxy.err"
+    with err.open("w") as errf:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=errf)  # fmt: skip
+    return proc, err
+
+
+async def _served_url(proc: subprocess.Popen[bytes], err: Path) -> str:
+    with anyio.fail_after(BOUND_S):
+        while "serving MCP at " not in (said := err.read_text()):  # noqa: ASYNC240 - polled
+            assert proc.poll() is None, said
+            await anyio.sleep(0.2)
+    return said.split("serving MCP at ")[1].split()[0]
+
+
+@pytest.mark.anyio
+async def test_an_agent_killed_mid_call_fails_the_http_front_closed(tmp_path: Path) -> None:
+    """The HTTP front the stdio front's way: the POST of the call in flight is answered with
+    a JSON-RPC error naming the lost monitor, the sandbox gone by then."""
+    import httpx
+
+    sock = tmp_path / "run" / "agent.sock"
+    with running_agent(sock) as (agent, _):
+        proc, err = _http_proxy(tmp_path, sock)
+        try:
+            url = await _served_url(proc, err)
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient(timeout=BOUND_S) as client:
+                init = await client.post(url, headers=headers, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "0"}}})  # fmt: skip
+                assert init.status_code == 200 and "result" in init.json(), init.text
+                headers["Mcp-Session-Id"] = init.headers["mcp-session-id"]
+                done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await client.post(url, headers=headers, json=done)).status_code == 202
+                assert sandboxes_of(proc.pid)
+                answers: list[httpx.Response] = []
+                left: list[list[str]] = []
+
+                async def call() -> None:
+                    answers.append(await client.post(url, headers=headers, json={
+                        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                        "params": {"name": "run_command",
+                                   "arguments": {"command": "sleep 60"}}}))  # fmt: skip
+                    left.append(sandboxes_of(proc.pid))
+
+                with anyio.fail_after(BOUND_S):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(call)
+                        await anyio.sleep(1.5)
+                        agent.kill()
+            with anyio.fail_after(BOUND_S):
+                while proc.poll() is None:  # noqa: ASYNC110 - another process's exit
+                    await anyio.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    (answer,) = answers
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["id"] == 2 and "result" not in body, body
+    text = body["error"]["message"]
+    assert "not run to its end" in text and "server was stopped" in text, text
+    assert "agent" in text, text
+    assert left == [[]], left  # answered after the guard unwound: the sandbox was gone
+    said = err.read_text()
+    assert "the monitor is lost" in said, said
+    assert proc.returncode != 0, said

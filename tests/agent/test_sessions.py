@@ -62,6 +62,25 @@ def test_members_read_each_other_only_within_their_session_and_uid() -> None:
         store.call(b, ma, call("read_note", "forged"))
 
 
+def test_the_summary_doctor_shows_lists_only_the_askers_sessions() -> None:
+    from mtguard_rt.doctor import sessions_line
+
+    store = SessionStore()
+    a, b, gone, other_uid = object(), object(), object(), object()
+    store.join(a, 0, 10, "host-1", "notes")
+    store.join(b, 0, 11, "host-1", "tickets")
+    store.join(gone, 0, 12, "host-1", "mailer")
+    store.leave(gone)
+    store.join(other_uid, 1000, 13, "theirs", "spy")
+    summary = store.summary(0)
+    assert summary == [{"name": "host-1", "servers": [["notes", 10], ["tickets", 11]],
+                        "left": 1}]  # fmt: skip
+    assert sessions_line(summary) == "sessions: host-1 (notes pid 10, tickets pid 11; 1 left)"
+    assert sessions_line([]) == "sessions: none"
+    assert sessions_line(None) == "sessions: not listed by this agent"  # an older agent
+    assert [s["name"] for s in store.summary(1000)] == ["theirs"]
+
+
 def test_a_connection_that_ends_leaves_its_members_as_bounded_history() -> None:
     store = SessionStore()
     reader = object()

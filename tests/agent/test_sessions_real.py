@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mtguard_rt.doctor import _agent as agent_check
 from mtguard_rt.eval.mcp_client import open_stdio_client
 from mtguard_rt.eval.owncorpus.cases import Case, Persona, load_set, server_spec
 from mtguard_rt.eval.owncorpus.replay import SCRIPT, SERVERS_DIR, build_root
@@ -75,10 +76,12 @@ def last_call(audit: Path) -> AuditRecord:
 
 
 async def replay(
-    case: Case, personas: dict[str, Persona], env: dict[str, str], tmp: Path, apart: bool
+    case: Case, personas: dict[str, Persona], env: dict[str, str], tmp: Path, apart: bool,
+    while_up: Any = None,
 ) -> tuple[AuditRecord, Path]:
     """The case's calls through one proxy per server, all started by this one host; the
-    record of its last call (the induced one, on the other server), and the case's root."""
+    record of its last call (the induced one, on the other server), and the case's root.
+    `while_up()` runs after the calls, the proxies still up."""
     root = build_root(case, tmp)
     tag = f"{case.id}-{'apart' if apart else 'shared'}"
     audits = {s: tmp / f"{tag}-{s}.jsonl" for s in case.servers}
@@ -101,19 +104,29 @@ async def replay(
             clients[server] = await tg.start(host, server)
         for c in case.calls:
             await clients[c.server].call_tool(c.tool, dict(c.args))
+        if while_up is not None:
+            await anyio.to_thread.run_sync(while_up)
         done.set()
     return last_call(audits[case.calls[-1].server]), root
 
 
 @pytest.mark.anyio
 async def test_an_induced_call_across_proxies_is_denied_only_with_the_session(
-    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path
+    agent: tuple[subprocess.Popen[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _proc, sock = agent
     env = {**os.environ, "MTGUARD_AGENT_SOCKET": str(sock)}
     got, personas = corpus()
+    monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))  # what `mtguard doctor` asks
+    doctor: list[str] = []
     # the twin first: the session's history (the attack's proxies, once gone) never helps it
-    twin, _ = await replay(got[TWIN], personas, env, tmp_path, apart=False)
+    twin, _ = await replay(got[TWIN], personas, env, tmp_path, apart=False,
+                           while_up=lambda: doctor.append(agent_check().detail))  # fmt: skip
+    session = f"host-{os.getpid()}"
+    assert f"sessions: {session} (" in doctor[0], doctor
+    shown = doctor[0].split(f"{session} (")[1]
+    for server in got[TWIN].servers:  # each of the host's live proxies, with its pid
+        assert f"{server} pid " in shown, doctor
     attack, root = await replay(got[ATTACK], personas, env, tmp_path, apart=False)
     lookalike, _ = await replay(got[LOOKALIKE], personas, env, tmp_path, apart=False)
     attack_apart, _ = await replay(got[ATTACK], personas, env, tmp_path, apart=True)
