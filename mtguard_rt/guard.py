@@ -28,7 +28,7 @@ from . import __version__
 from .agent.report import call_report
 from .audit import JudgeConfig, LlmJudge, PolicyEngine, ToolPins, load_policy
 from .audit.consent import kernel_write_paths
-from .audit.persist_dirs import kernel_write_dirs, kernel_write_files
+from .audit.persist_dirs import ACT_ONE_LEVEL, ACT_PTH, kernel_write_dirs, kernel_write_files
 from .audit.scope import ServerScope
 from .between_calls import run_between
 from .config import GuardConfig
@@ -201,6 +201,17 @@ class Guard:
         files = kernel_write_paths(self.engine.policy, HOME) + kernel_write_files(HOME)
         return list(dict.fromkeys(files)) + list(kernel_write_dirs(HOME))
 
+    def _home_dirs(self) -> dict[str, bool]:
+        """The class's home directories made mounts of their own when the kernel kills
+        writers there (`_protect`): read-only where every file runs later (`**`), writable
+        for the one-level ones (a subdirectory is not persistence; a rename from elsewhere
+        is still refused). Not the site-packages (pip writes there)."""
+        online = self.config.online
+        if not (online.mode == "enforce" and online.kill_on_touch and not self.observe):
+            return {}
+        dirs = kernel_write_dirs(HOME)
+        return {d: not bits & ACT_ONE_LEVEL for d, bits in dirs.items() if not bits & ACT_PTH}
+
     def _unique(self, name: str) -> str:
         base, n = name, 1
         while name in self.servers:
@@ -226,7 +237,7 @@ class Guard:
                 open_rollback(box, observe=self.observe, name=name)
             )
             sb = await stack.enter_async_context(
-                open_sandbox(command, box, name=name, gated=True)
+                open_sandbox(command, box, name=name, gated=True, home_dirs=self._home_dirs())
             )
             watch = None
             if self.monitor is not None:
@@ -287,6 +298,7 @@ class Guard:
                 files=SandboxFiles(sb.pid),
                 kernel_writes=self._kernel_writes() if sb.canaries else [],
                 scope=ServerScope.create(box.workspace, command, box.mounts, box.env),
+                writable=sb.writable,
             )
             sup.peers = self.session
             self.servers[name] = sup

@@ -98,6 +98,10 @@ class SandboxPeek(Protocol):
     def read(self, paths: Iterable[str]) -> dict[str, str | None]: ...
 
 
+# a sandbox's read-only persistence directories writable for a block (Sandbox.writable)
+Writable = Callable[[list[str]], AbstractAsyncContextManager[object]]
+
+
 class Watch(Protocol):
     def window(
         self, call: DeclaredCall, on_event: EventHook | None = None
@@ -112,15 +116,18 @@ async def _consenting(
     online: OnlineRules | None,
     window: AbstractAsyncContextManager[Window],
     kernel_writes: list[str] | None = None,
+    writable: Writable | None = None,
 ) -> AsyncIterator[Window]:
     """The call's window, with the kernel's kill on write lifted, until it has settled, for
     the write-only canaries and persistence files (`kernel_writes`) the user asked this
-    very call to edit (`WriteConsent`)."""
+    very call to edit (`WriteConsent`); its read-only persistence directories (`writable`:
+    the sandbox's mounts) writable as long."""
     paths = online.kernel_consent(kernel_writes) if online is not None else []
+    dirs = [p for p in paths if p.endswith("/")]
     with ExitStack() as stack:
         if paths:
             stack.enter_context(watch.consent(paths))
-        async with window as win:
+        async with writable(dirs) if writable and dirs else nullcontext(), window as win:
             yield win
 
 
@@ -188,6 +195,7 @@ class Supervisor:
         files: SandboxPeek | None = None,
         kernel_writes: list[str] | None = None,
         scope: ServerScope | None = None,
+        writable: Writable | None = None,
     ) -> None:
         self.name = name
         self.upstream = upstream
@@ -213,6 +221,7 @@ class Supervisor:
         # call: only the first, and after a call that wrote one).
         self.files = files
         self.kernel_writes = kernel_writes or []  # persistence files killed on write (kernel)
+        self.writable = writable  # read-only persistence dirs, writable per consented call
         self._persisted: dict[str, str | None] = {}
         self._ws_listed = False  # the workspace's class files read (`before_candidates`)
         self._written: dict[str, dict[str, tuple[str | None, str | None]]] = {}
@@ -540,7 +549,11 @@ class Supervisor:
             before = await self._persistence_before()
             window_cm = (
                 _consenting(
-                    self.watch, online, self.watch.window(declared, hook), self.kernel_writes
+                    self.watch,
+                    online,
+                    self.watch.window(declared, hook),
+                    self.kernel_writes,
+                    self.writable,
                 )
                 if self.watch
                 else nullcontext(_UntracedWindow(declared))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..errors import CommandNotFound, DockerApiError, SandboxError
 from .cgroups import Cgroup, cgroup_of_pid
 from .engine import DockerEngine, open_engine
+from .homedirs import HomeMounts, home_parents, home_tmpfs
 from .image import HOME, canaries_of, ensure_image, home_archive
 from .lifecycle import OWNER_LABEL, owner_token, prune_stale
 from .mounts import MountSet, Overlay, prune_mounts
@@ -57,6 +58,7 @@ def container_spec(
     *,
     name: str,
     gated: bool,
+    home_dirs: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
     cmd = list(command)
     if gated:
@@ -69,6 +71,7 @@ def container_spec(
     tmpfs = {"/tmp": "rw,nosuid,nodev,size=256m"}
     for hidden in plan.hidden:  # the guard's own state, were a mount to expose it
         tmpfs[hidden] = "rw,nosuid,nodev,noexec,size=64k,mode=0755"
+    tmpfs.update(home_tmpfs(home_dirs or {}, plan.user.uid, plan.user.gid))  # homedirs.py
     return {
         "Image": image,
         "Cmd": cmd,
@@ -145,6 +148,7 @@ class Sandbox:
         self.overlays: list[Overlay] = []
         self.pid = 0
         self.cgroup = Cgroup(path="", id=0)
+        self.home: HomeMounts | None = None  # read-only persistence dirs (homedirs.py)
         self._stderr = bytearray()
         self._stderr_limit = 65536
         self.exited = anyio.Event()
@@ -171,6 +175,16 @@ class Sandbox:
     async def release(self) -> None:
         """Let a gated command start."""
         await self.stdin.send(b"\n")
+
+    @asynccontextmanager
+    async def writable(self, dirs: Iterable[str]) -> AsyncIterator[list[str]]:
+        """These read-only persistence directories writable while the block runs (a call
+        with consent for them); the others, and a sandbox without any, stay as they are."""
+        if self.home is None:
+            yield []
+            return
+        async with self.home.writable(dirs) as opened:
+            yield opened
 
     async def wait(self) -> int:
         return await self.engine.wait(self.container_id)
@@ -223,13 +237,18 @@ async def open_sandbox(
     name: str = "server",
     gated: bool = False,
     engine: DockerEngine | None = None,
+    home_dirs: Mapping[str, bool] | None = None,
 ) -> AsyncIterator[Sandbox]:
+    """`home_dirs`: persistence directories of our image's home made mounts of their own,
+    read-only when True (homedirs.py); ignored for a foreign image."""
     if not command:
         raise SandboxError("no server command given")
     config = config or SandboxConfig()
     if engine is None:
         async with open_engine() as own:
-            async with open_sandbox(command, config, name=name, gated=gated, engine=own) as sb:
+            async with open_sandbox(
+                command, config, name=name, gated=gated, engine=own, home_dirs=home_dirs
+            ) as sb:
                 yield sb
         return
     await prune_stale(engine)
@@ -240,10 +259,13 @@ async def open_sandbox(
         image = config.image
     canaries = canaries_of(await engine.image_inspect(image))
     plan = plan_sandbox(command, config, name, image, runtime=uses_runtime_mounts(config))
+    home_dirs = dict(home_dirs or {}) if canaries else {}  # our image: its home is HOME
     mounts = MountSet(f"{safe_name(name)}-{os.urandom(4).hex()}")
     try:
         binds = await anyio.to_thread.run_sync(realize, plan, mounts)
-        spec = container_spec(command, config, image, plan, binds, name=name, gated=gated)
+        spec = container_spec(
+            command, config, image, plan, binds, name=name, gated=gated, home_dirs=home_dirs
+        )
         cid = await engine.create_container(f"mtguard-{mounts.root.name}", spec)
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -251,7 +273,9 @@ async def open_sandbox(
         raise
     try:
         if canaries:  # our image: the home and canaries belong to the user the server runs as
-            tar = home_archive(plan.user.uid, plan.user.gid, canaries, plan.shell)
+            tar = home_archive(
+                plan.user.uid, plan.user.gid, canaries, plan.shell, home_parents(home_dirs, HOME)
+            )
             await engine.put_archive(cid, "/", tar)
         async with engine.attach(cid) as stream:
             send, receive = anyio.create_memory_object_stream[bytes](STDOUT_BUFFER_CHUNKS)
@@ -266,6 +290,9 @@ async def open_sandbox(
                             await anyio.to_thread.run_sync(mounts.close)
                         sb.overlays = list(mounts.overlays)
                         await _resolve(sb)
+                        readonly = [d for d, ro in home_dirs.items() if ro]
+                        if readonly and sb.pid:
+                            sb.home = await anyio.to_thread.run_sync(HomeMounts, sb.pid, readonly)
                     except DockerApiError as exc:
                         tg.cancel_scope.cancel()
                         raise _start_error(exc, command, image) from exc

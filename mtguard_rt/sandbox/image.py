@@ -15,6 +15,7 @@ import os
 import secrets
 import tarfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from .engine import DockerEngine
@@ -135,9 +136,12 @@ def build_rootfs(markers: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def home_archive(uid: int, gid: int, markers: dict[str, str], shell: str) -> bytes:
+def home_archive(
+    uid: int, gid: int, markers: dict[str, str], shell: str, dirs: Iterable[str] = ()
+) -> bytes:
     """A tar put into a created container before it starts: the home and its canaries owned
-    by the sandbox user (uid:gid), and /etc/passwd and /etc/group naming that user."""
+    by the sandbox user (uid:gid), and /etc/passwd and /etc/group naming that user; `dirs`:
+    more directories of the home, made as the user's (mount points: homedirs.py)."""
     buf, now = io.BytesIO(), int(time.time())
     with tarfile.open(fileobj=buf, mode="w") as tar:
 
@@ -165,6 +169,10 @@ def home_archive(uid: int, gid: int, markers: dict[str, str], shell: str) -> byt
                 made.add(parent)
             if path in markers:
                 add(path, template.format(m=markers[path]).encode(), 0o600, (uid, gid))
+        for d in dirs:
+            if d not in made:
+                add(d, None, 0o755, (uid, gid))
+                made.add(d)
     return buf.getvalue()
 
 
