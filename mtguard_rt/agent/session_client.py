@@ -8,7 +8,8 @@ the same `SessionLog` and `UntrustedLog` a server of the same guard has, so the 
 one session through `route` as they do inside one library guard. Every exchange is bounded
 (`EXCHANGE_TIMEOUT_S`): a slow or gone agent means the call is judged on the local view,
 `PeerView.note` says why (the record carries it, the log says it once), and a reconnect is
-tried at most every `RETRY_S` (as a new member: what the old one published is history).
+tried at most every `RETRY_S` (as a new member: what the old one published is history); a
+connection found closed (an agent restarted since) is replaced at once, within the exchange.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ CONNECT_TIMEOUT_S = 1.0
 RETRY_S = 5.0  # after a failure, the next attempt to reach the agent: not on every call
 _log = logging.getLogger(__name__)
 _enc = msgspec.msgpack.Encoder(enc_hook=repr)  # an argument msgpack cannot hold is named
+
+
+# what a connection the agent closed says (on send or on receive)
+_CLOSED = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 class SessionUnavailable(Exception):
@@ -161,24 +166,34 @@ class AgentSession:
             self._unsent.discard(server)
 
     async def _run(self, step: Callable[[anyio.abc.SocketStream], Awaitable[Any]]) -> Any:
-        """One bounded exchange (the listings not yet sent first); None when it failed."""
+        """One bounded exchange (the listings not yet sent first); None when it failed. A
+        connection found closed is replaced at once, once: the agent may have been restarted
+        since the last exchange, and this one is then served by the new agent (as a new
+        member), not judged on the local view."""
         async with self._lock:
-            try:
-                with anyio.fail_after(EXCHANGE_TIMEOUT_S):
-                    stream = await self._connected()
-                    await self._flush_listings(stream)
-                    value = await step(stream)
-            except (
-                OSError, TimeoutError, SessionUnavailable, ValueError, TypeError,
-                anyio.EndOfStream,
-                anyio.BrokenResourceError, anyio.ClosedResourceError, msgspec.MsgspecError,
-            ) as exc:  # fmt: skip
-                if not isinstance(exc, _NotYet):
-                    await self._lost(_why(exc))
-                return None
-            except BaseException:  # cancelled from outside mid-exchange: reconnect next time
-                self._torn = True
-                raise
+            for again in (True, False):
+                try:
+                    with anyio.fail_after(EXCHANGE_TIMEOUT_S):
+                        had = self._stream is not None
+                        stream = await self._connected()
+                        await self._flush_listings(stream)
+                        value = await step(stream)
+                    break
+                except (
+                    OSError, TimeoutError, SessionUnavailable, ValueError, TypeError,
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError, anyio.ClosedResourceError, msgspec.MsgspecError,
+                ) as exc:  # fmt: skip
+                    if again and had and isinstance(exc, _CLOSED) and self._stream is not None:
+                        await anyio.aclose_forcefully(self._stream)  # an old one: anew, once
+                        self._stream = None
+                        continue
+                    if not isinstance(exc, _NotYet):
+                        await self._lost(_why(exc))
+                    return None
+                except BaseException:  # cancelled from outside mid-exchange: reconnect next
+                    self._torn = True
+                    raise
             if self.note:
                 _log.warning("mtguard: session %r: the agent answers again at %s", self.name,
                              self.path)  # fmt: skip
