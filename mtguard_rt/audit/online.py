@@ -149,6 +149,7 @@ class OnlineRules:
             if (
                 "persistence-write" in self._on
                 and is_write(ev)
+                and ev.op != "mkdir"  # a directory runs nothing: what lands in it is judged
                 and online_persistence(policy, path)
                 and not self.consent.may_write(path)  # an asked place: the content is judged after
             ):

@@ -189,8 +189,8 @@ def persistence_write(
     ev_lines: list[str] = []
     consented: dict[str, str] = {}
     for h in persistence_hits(view, consent):
-        if not (is_write(h.event) and took_effect(h.event)):
-            continue
+        if not (is_write(h.event) and took_effect(h.event)) or h.event.op == "mkdir":
+            continue  # (a directory made runs nothing: what lands in it is judged)
         if (why := consent.why(h.path)) is not None:
             consented[h.path] = why
         elif no_content(h) and (place := consent.place(h.path)) and consent.may_write(h.path):

@@ -99,3 +99,14 @@ async def test_persistence_dirs_refuse_renames_truncation_and_indirect_names(
             assert host_view(server, SHIM) is None, name
         # the staged files are still where they were staged: refused, not lost
         assert host_view(server, "/home/mtguard/.cache/shim") == b"touch /tmp/ran\n"
+
+        # the one-level PATH dir's mount is writable and a directory runs nothing: a tool
+        # making its own subdirectory there, unasked, is allowed (an executable is not)
+        sub = "mkdir -p ~/.local/bin/tool && echo ok > ~/.local/bin/tool/x; echo done"
+        out = await _run(server, sub, TIDY)
+        assert "done" in out["content"][0]["text"]
+        assert guard.records[-1].decision == "allow", guard.records[-1].reasons
+        assert host_view(server, "/home/mtguard/.local/bin/tool/x") == b"ok\n"
+        with pytest.raises(CallDenied):
+            await _run(server, "d=$HOME/.local/bin; echo 'touch /tmp/ran' > \"$d/git\"", TIDY)
+        assert host_view(server, "/home/mtguard/.local/bin/git") in (None, b"")
