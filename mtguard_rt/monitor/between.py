@@ -37,8 +37,18 @@ if TYPE_CHECKING:
     from .window import Window
 
 EFFECTS = frozenset(HOOKED) | {int(Kind.KILLED)}  # what makes a period worth a record soon
-K_KILLED = int(Kind.KILLED)
+K_KILLED, K_SIGNAL = int(Kind.KILLED), int(Kind.SIGNAL)
 LostCounts = Callable[[], "dict[str, int] | None"]  # a cgroup's lost records, per kind
+
+
+def _control(ev: RawEvent) -> bool:
+    """A signal that is an effect: not a probe (signal 0: a parent-alive check), not to the
+    sender itself (runtimes signal their own threads: Go's preemption, profilers); one that
+    reached nothing (refused: another pid namespace's pid) is an attempt, an effect too."""
+    if ev.kind != K_SIGNAL or ev.a2 == 0:
+        return False
+    count = (ev.a3 >> 8) & 0xFFFFFF  # monitor.bpf.c's signals block (kinds.py: SIGNAL)
+    return not count or count > 1 or int.from_bytes(ev.addr[:4], "little") != ev.pid
 
 
 class BetweenPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -141,7 +151,7 @@ class BetweenFeed:
         now = time.monotonic_ns()
         if self._first_ns is None:
             self._first_ns = now
-        if ev.kind in EFFECTS and self._effect_ns is None:
+        if self._effect_ns is None and (ev.kind in EFFECTS or _control(ev)):
             self._effect_ns = now
             self._wake.set()
         if self._pending >= self.policy.max_events:

@@ -14,7 +14,8 @@ from mtguard_rt.between_calls import between_record, run_between
 from mtguard_rt.model import AuditRecord
 from mtguard_rt.monitor.between import BetweenFeed, BetweenPolicy
 
-from .test_between_records import HOME, IDLE, _open, _supervisor
+from .test_between_records import IDLE, _open, _supervisor
+from .trees import HOME
 
 WS_WRITE = 0o101  # O_WRONLY | O_CREAT
 
