@@ -188,6 +188,9 @@ def unguarded_command(session: Session, values: dict[str, str]) -> list[str]:
     return list(resolve(session.command, values))
 
 
+AGENT_ENV = ("MTGUARD_AGENT", "MTGUARD_AGENT_SOCKET")  # run the suite through an agent
+
+
 def guarded_command(session: Session, values: dict[str, str], ws: Path, audit: Path) -> list[str]:
     cmd = [sys.executable, "-m", "mtguard_rt", "proxy", "--name", session.server,
            "--workspace", str(ws), "--mount", str(SERVERS_DIR), "--audit-log", str(audit)]
@@ -257,6 +260,8 @@ async def run_session(session: Session, site: str | None, workdir: Path) -> Serv
         # and the guard from this checkout (the SDK's default environment drops PYTHONPATH:
         # a run from a snapshot would otherwise guard with the editable install's code)
         guard_env = {"XDG_STATE_HOME": str(root / "state"), "PYTHONPATH": str(REPO)}
+        # the suite's agent choice reaches the proxies (the SDK's environment drops it too)
+        guard_env |= {k: v for k in AGENT_ENV if (v := os.environ.get(k)) is not None}
         with (root / "guarded.stderr").open("w") as errlog:
             second = await _run_calls(session, cmd, guard_env, root, guarded_values, errlog)
     except Exception as exc:  # the SDK raises groups and its own errors on a dead server
