@@ -14,7 +14,7 @@ canary (~/.bashrc) `path` when the user asked this call for exactly what it wrot
   another command, a fallback profile line, the canary's marker copied: no consent. A
   unit's or a launch agent's own keys are the format's (`Restart=on-failure`, `<dict>`,
   `RunAtLoad`): a line of them that runs nothing (no shell syntax, URL or path not named)
-  needs no asking (`_boilerplate`). An
+  needs no asking (`persist_format.boilerplate`). An
   autostart entry's `Exec=` must run a program the task names, without shell syntax. In a
   content-judged class (git config, package.json, a Makefile) only what runs is judged (a
   `core.pager`, a new `postinstall`, a recipe): a write adding none is `inert`.
@@ -43,6 +43,7 @@ from .persist_class import (
     persist_class,
     running_additions,
 )
+from .persist_format import SHELL_SYNTAX, boilerplate, described_place
 from .policy import PERSISTENCE, Policy
 from .provenance import STOP_WORDS, tokens
 from .text import leaf_key, names_path
@@ -55,7 +56,6 @@ DESKTOP_LABELS = frozenset(
     "StartupNotify StartupWMClass OnlyShowIn NotShowIn X-GNOME-Autostart-enabled "
     "X-GNOME-Autostart-Delay X-KDE-autostart-after".split()
 )
-_SHELL_SYNTAX = re.compile(r"[;|&`$<>()]|\b(?:sh|bash|dash|zsh)\s+-c\b")
 # argument names whose text only locates what is replaced (it is read, not written) ...
 _LOCATES = re.compile(r"old|search|find|original|pattern|match|before|target_text", re.I)
 # ... and names whose text is written (an option word elsewhere, `mode: append`, is not)
@@ -80,56 +80,6 @@ FILE_WORDS = frozenset(
     "persistent wantedby timers target default type oneshot simple true false desktop entry "
     "application exec name".split()
 )
-# unit and launch-agent files: key/value templates whose own keys run nothing
-_TEMPLATE_EXT = (".service", ".timer", ".socket", ".path", ".mount", ".target", ".plist")
-PLIST_KEYS = frozenset(
-    "label programarguments program runatload keepalive startinterval startcalendarinterval "
-    "processtype".split()
-)
-_MARKUP = re.compile(r"<[^<>]*>")
-_HOME_PATH = re.compile(r"~/[^\s)\]'\"`,;]*")
-_PLACEHOLDER = re.compile(r"[<{]")
-_HOME_ROOT = re.compile(r"^/(?:home/[^/]+|root)/")
-
-
-def _boilerplate(line: str, path: str, allowed: frozenset[str]) -> bool:
-    """A line of a unit or launch agent that the format brings and that runs nothing: XML
-    markup alone, a plist key or value the call was given, or a unit key other than Exec*
-    whose value holds no path, variable, URL or shell syntax (`Restart=on-failure`)."""
-    if not path.endswith(_TEMPLATE_EXT):
-        return False
-    plist = path.endswith(".plist")
-    text = _MARKUP.sub(" ", line) if plist else line
-    if not text.strip():
-        return True
-    if _SHELL_SYNTAX.search(text) or "://" in text:
-        return False
-    if plist:
-        return tokens(text) <= allowed | PLIST_KEYS
-    key, sep, value = text.partition("=")
-    return bool(sep) and not key.strip().lower().startswith("exec") and not any(
-        c in value for c in "/$=~")  # fmt: skip
-
-
-def described_place(description: str, path: str) -> str | None:
-    """The home path of a tool's description that names `path` or a directory holding it
-    (`~/.profile`, `~/Library/LaunchAgents/<label>.plist`), or None."""
-    m = _HOME_ROOT.match(path)
-    if m is None:
-        return None
-    rel = path[m.end() :]
-    for tok in (str(hit.group(0)) for hit in _HOME_PATH.finditer(description)):
-        want = tok[2:].rstrip(".")
-        cut = _PLACEHOLDER.search(want)
-        if cut is not None:
-            want = want[: cut.start()]
-            if want and rel.startswith(want):
-                return tok
-        elif want and (rel == want.rstrip("/") or (want.endswith("/") and rel.startswith(want))):
-            return tok
-    return None
-
-
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     """(key path, text) of every string leaf (numbers and booleans are options, not text)."""
     if isinstance(value, str):
@@ -330,7 +280,7 @@ class WriteConsent:
         else:
             lines = added_lines(before, after)
         return [ln for ln in lines if not tokens(ln) <= allowed | self._fields(ln)
-                and not _boilerplate(ln, path, allowed)]  # fmt: skip
+                and not boilerplate(ln, path, allowed)]  # fmt: skip
 
     def _fields(self, line: str) -> frozenset[str]:
         """The names of the option arguments whose value `line` holds: a line that sets the
@@ -364,7 +314,7 @@ class WriteConsent:
         """Does `command` run a program the task names (flags aside, no shell syntax, its
         other words allowed)?"""
         words = command.split()
-        if not words or _SHELL_SYNTAX.search(command):
+        if not words or SHELL_SYNTAX.search(command):
             return False
         program = tokens(words[0].rsplit("/", 1)[-1])
         rest = tokens(" ".join(w for w in words[1:] if not w.startswith("-")))

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from mtguard_rt.audit import load_policy
-from mtguard_rt.audit.consent import WriteConsent, described_place
+from mtguard_rt.audit.consent import WriteConsent
 from mtguard_rt.audit.intent import acting_clauses
+from mtguard_rt.audit.persist_format import described_place
 from mtguard_rt.audit.rules_files import persistence_write
 from mtguard_rt.audit.rules_flow import secret_flow
 from mtguard_rt.audit.rules_pre import dangerous_shell
