@@ -155,10 +155,11 @@ def changes(ctx: CallContext, view: TreeView, policy: Policy) -> list[Change]:
                 note(path, "deleted", p, ev, "the rmdir succeeded")
             elif ev.op == "rename" and ev.target and ev.target.startswith("/"):
                 target = ev.target.rstrip("/") or "/"
-                save = _atomic_save(path, target, made, created)
-                if not save:
+                save = _atomic_save(path, target, made)
+                if not save and not _atomic_save(path, target, made, created):
                     note(path, f"moved to {target}", p, ev, "the rename succeeded")
-                # a move's target existed only if seen; a save's target is presumed to
+                # a move's target existed only if seen; a save's target is presumed to (not
+                # one from a temp this call only opened with O_CREAT: as before, if seen)
                 note(target, f"replaced (by {path})", p, ev, None, presume=save)
             elif ev.op == "open" and "write" in ev.flags:
                 if "truncate" in ev.flags:

@@ -61,6 +61,12 @@ def test_a_void_a_log_and_a_withdrawal_asked_in_other_words_are_asked() -> None:
            ev("rename", temp, target=releases)]  # fmt: skip
     assert _op("unpublish", {"tag": "2.3.1"}, "Ziehe Version 2.3.1 zurück, sie ist kaputt.",
                sed) == []  # fmt: skip
+    # the same rewrite of a file it read, on a task that asks for nothing, is a change
+    again = [ev("open", releases, "read", result=3),
+             ev("open", temp, "read", "write", "create", result=3),
+             ev("rename", temp, target=releases)]  # fmt: skip
+    [v] = _op("unpublish", {"tag": "2.3.1"}, "Welche Versionen gibt es?", again)
+    assert "replaced" in " ".join(v.evidence) and "RELEASES" in " ".join(v.evidence)
 
 
 def test_the_same_operations_on_a_task_that_only_reads_or_does_not_name_them_are_denied() -> None:
