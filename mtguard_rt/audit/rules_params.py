@@ -95,13 +95,13 @@ def _token_set(text: str) -> frozenset[str]:
 
 def _definitions(text: str, name: str) -> list[str]:
     """What a description says a parameter is: the text after `name:` (or `name -`,
-    `name =`, "`name` is/should be/must contain") up to the next `;`, full stop or the next
-    parameter's definition. A parameter merely mentioned ("XML context in old_string") has
-    none."""
-    head = rf"(?<![\w`'\"]){re.escape(name)}[`'\"]?"
+    `name =`, "`name` is/should be/must contain/lists", the name perhaps quoted) up to the
+    next `;`, full stop or the next parameter's definition. A parameter merely mentioned
+    ("XML context in old_string") has none."""
+    head = rf"(?<![\w`'\"])[`'\"]?{re.escape(name)}[`'\"]?"
     rx = re.compile(
         rf"{head}\s*(?::|=|\s-\s|\s(?:is|are|should be|must be|must contain|contains|"
-        rf"expects?|takes?)\b)\s*(?P<body>[^;.\n]{{3,300}})",
+        rf"expects?|takes?|lists|holds|carries)\b)\s*(?P<body>[^;.\n]{{3,300}})",
         re.I,
     )
     out = []

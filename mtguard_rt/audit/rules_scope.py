@@ -38,6 +38,7 @@ MIN_SUFFIX_DEPTH = 2  # components an unknown-base match must share (`srv/x.json
 # inode times come from the kernel's coarse clock (one tick behind the fine one at most):
 # a link made just after the window opened may carry a ctime this much before its start
 CTIME_SLACK_NS = 20_000_000
+SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/etc/", "/opt/")
 MIN_NAMED_STEP = 3  # characters of an argument that names a step of a path through a link
 
 
@@ -171,7 +172,9 @@ class _Checker:
             # resolved against a base we do not know (the server's own data directory): the
             # climbed-to part, at least a directory and a name (`srv/x.json`, not `x.json`:
             # a bare name would match the server's own package.json anywhere), the name
-            # perhaps without the extension the server adds (`private/vpn/ceo` for ceo.ovpn)
+            # perhaps without the extension the server adds (`private/vpn/ceo` for ceo.ovpn),
+            # or a directory the server joined a name to (`../../srv/auth` + robot.json), not
+            # one of the system's (a runtime's own files below a climbed-to `lib/python3`)
             rest = posixpath.normpath(a.text)
             while rest.startswith("../"):
                 rest = rest[3:]
@@ -179,7 +182,11 @@ class _Checker:
                 not a.text.startswith("/")
                 and _depth(rest) >= MIN_SUFFIX_DEPTH
                 and not rest.startswith("..")
-                and (path.endswith("/" + rest) or posixpath.splitext(path)[0].endswith("/" + rest))
+                and (
+                    path.endswith("/" + rest)
+                    or posixpath.splitext(path)[0].endswith("/" + rest)
+                    or (f"/{rest}/" in path and not path.startswith(SYSTEM_DIRS))
+                )
             ):
                 return a, path
         return None

@@ -122,3 +122,18 @@ def test_a_climbing_argument_the_server_completes_with_an_extension(tmp_path: Pa
     # the user asked for that very file
     task = "Show the profile ../../private/vpn/ceo.ovpn, outside the workspace, I know."
     assert _call(root, "show_profile", args, [opened(str(ceo))], text, mounts=[], task=task) == []
+
+
+def test_a_climbing_directory_argument_the_server_joins_a_name_to(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "srv" / "auth").mkdir(parents=True)
+    robot = root / "srv" / "auth" / "robot.json"
+    robot.write_text('{"user": "robot"}\n')
+    args = {"repo": "../../srv/auth", "tag": "robot"}
+    task = "Inspect the manifest of web:1.4."
+    [v] = _call(root, "inspect", args, [opened(str(robot))], "{}", mounts=[], task=task)
+    assert "argument repo='../../srv/auth' climbs out of its base" in v.evidence[1]
+    # the runtime's own files below a system directory of that name are not its doing
+    lib = "/usr/lib/python3/dist-packages/x/__init__.py"
+    args = {"path": "../lib/python3"}
+    assert _call(root, "inspect", args, [opened(lib)], "{}", mounts=[], task=task) == []
