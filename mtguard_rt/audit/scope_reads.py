@@ -23,6 +23,7 @@ from .scope import ArgPath, under
 from .secrets import name_words
 
 MIN_LINE = 12  # characters of a file's line that must reach the result to count as disclosed
+MIN_SHORT, MIN_SHORT_LINES = 6, 2  # or this many shorter lines of at least this many
 MAX_READ = 64 * 1024  # bytes of a file read on the host when the sandbox's copy is not at hand
 MAX_HOST_READS = 4  # files read on the host per call
 MIN_NAME_WORD = 3  # letters of a file name's word that the task or the tool must say
@@ -50,12 +51,19 @@ def host_content(path: str, mount: str) -> str | None:
 
 
 def disclosed_line(content: str, result: str) -> int | None:
-    """The number (from 1) of the first line of `content` that reaches `result` (at least
-    `MIN_LINE` characters of it, stripped, with a letter or digit), else None."""
+    """The number (from 1) of the first line of `content` that reaches `result`: one line of
+    at least `MIN_LINE` characters (stripped, with a letter or digit), or `MIN_SHORT_LINES`
+    lines of at least `MIN_SHORT` (a small table: a header and a row); else None."""
+    short: list[int] = []
     for i, line in enumerate(content.splitlines(), 1):
         line = line.strip()
-        if len(line) >= MIN_LINE and _ALNUM.search(line) and line in result:
+        if len(line) < MIN_SHORT or not _ALNUM.search(line) or line not in result:
+            continue
+        if len(line) >= MIN_LINE:
             return i
+        short.append(i)
+        if len(short) >= MIN_SHORT_LINES:
+            return short[0]
     return None
 
 

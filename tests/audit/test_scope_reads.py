@@ -70,6 +70,9 @@ def test_a_server_that_reads_user_data_beside_its_workspace_into_the_result(
     assert v.rule == "scope-escape" and v.mode == "enforce"
     assert f"the call read {hr} on the mount {root}" in v.evidence[1]
     assert "line 2 of it reaches the result" in v.evidence[1] and "88400" not in v.evidence[1]
+    # a small table: its header and a short row
+    (root / "private" / "hr" / "salaries.csv").write_text("name,salary\nAna,4200\n")
+    assert _call(root, "show_file", {"path": "."}, [opened(hr)], "app.py\nname,salary\nAna,4200")
 
 
 def test_the_same_read_is_allowed_when_something_explains_it_or_nothing_leaves(
@@ -78,8 +81,10 @@ def test_the_same_read_is_allowed_when_something_explains_it_or_nothing_leaves(
     root = _root(tmp_path)
     hr = str(root / "private" / "hr" / "salaries.csv")
     shown = "# ui-kit\n" + SALARIES
-    # its content stays in the server (a configuration it reads on every call)
+    # its content stays in the server (a configuration it reads on every call), or one
+    # short line of it happens to be in the result
     assert _call(root, "show_file", {"path": "README.md"}, [opened(hr)], "# ui-kit\n") == []
+    assert _call(root, "show_file", {"path": "README.md"}, [opened(hr)], "name,salary") == []
     # an argument names it (its name without the extension the server adds)
     assert _call(root, "get_sheet", {"name": "salaries"}, [opened(hr)], shown) == []
     # the task names it by the words of its name, or the tool's name does
