@@ -178,8 +178,8 @@ class Sandbox:
 
     @asynccontextmanager
     async def writable(self, dirs: Iterable[str]) -> AsyncIterator[list[str]]:
-        """These read-only persistence directories writable while the block runs (a call
-        with consent for them); the others, and a sandbox without any, stay as they are."""
+        """These persistence directories writable (read-only ones) or exec (noexec ones)
+        for a call with consent for them (homedirs.py); a sandbox without any: nothing."""
         if self.home is None:
             yield []
             return
@@ -290,9 +290,8 @@ async def open_sandbox(
                             await anyio.to_thread.run_sync(mounts.close)
                         sb.overlays = list(mounts.overlays)
                         await _resolve(sb)
-                        readonly = [d for d, ro in home_dirs.items() if ro]
-                        if readonly and sb.pid:
-                            sb.home = await anyio.to_thread.run_sync(HomeMounts, sb.pid, readonly)
+                        if home_dirs and sb.pid:
+                            sb.home = await anyio.to_thread.run_sync(HomeMounts, sb.pid, home_dirs)
                     except DockerApiError as exc:
                         tg.cancel_scope.cancel()
                         raise _start_error(exc, command, image) from exc

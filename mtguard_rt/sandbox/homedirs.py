@@ -7,10 +7,13 @@ autostart) refuses a create, O_TRUNC open, rename or link onto a name in it, mkd
 spelling (relative, dirfd, `/proc/self/root/...`, a symlink): `EROFS`, decided by the mount,
 not the name. A *writable* one (a one-level directory such as `~/.local/bin`: a subdirectory
 of it is not persistence) still refuses a rename or hard link from elsewhere in the home
-(`EXDEV`: another mount), so a shim staged beside cannot be moved into place. A call with
-consent for a read-only directory gets it writable for its window (`HomeMounts.writable`:
-`mount_setattr` from a short-lived thread that entered the sandbox's mount namespace; the
-directory is opened without following symlinks and checked by device first, ~1 ms).
+(`EXDEV`: another mount), so a shim staged beside cannot be moved into place, and it is
+`noexec`: a shim written there by any name never runs (execve fails `EACCES`). A call with
+consent for a read-only directory gets it writable for its window; one with consent for a
+writable one gets it exec for good (the shim the user asked for must run in later calls)
+(`HomeMounts.writable`: `mount_setattr` from a short-lived thread that entered the
+sandbox's mount namespace; the directory is opened without following symlinks and checked
+by device first, ~1 ms).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ TMPFS_SIZE = "64m"  # a cap, not a reservation: only what is written there uses 
 FLIP_TIMEOUT_S = 5.0  # one mount_setattr in a fresh thread: milliseconds, bounded anyway
 SYS_OPENAT2, SYS_MOUNT_SETATTR = 437, 442  # asm-generic numbers: every architecture
 RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x04, 0x08
-MOUNT_ATTR_RDONLY, AT_EMPTY_PATH = 0x1, 0x1000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOEXEC, AT_EMPTY_PATH = 0x1, 0x8, 0x1000
 CLONE_FS, CLONE_NEWNS = 0x200, 0x20000
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -44,9 +47,10 @@ class _MountAttr(ctypes.Structure):
 
 
 def home_tmpfs(dirs: Mapping[str, bool], uid: int, gid: int) -> dict[str, str]:
-    """Docker `Tmpfs` entries: directory -> options (read-only when its value is True)."""
+    """Docker `Tmpfs` entries: directory -> options (read-only when its value is True, else
+    writable and noexec)."""
     return {
-        d.rstrip("/"): f"{'ro' if ro else 'rw'},exec,nosuid,nodev,size={TMPFS_SIZE},"
+        d.rstrip("/"): f"{'ro,exec' if ro else 'rw,noexec'},nosuid,nodev,size={TMPFS_SIZE},"
         f"mode=0755,uid={uid},gid={gid}"
         for d, ro in dirs.items()
     }
@@ -79,14 +83,17 @@ def _open_beneath(root_fd: int, path: str) -> int:
 
 
 class HomeMounts:
-    """The read-only persistence mounts of one running sandbox (its init's host `pid`)."""
+    """The persistence mounts of one running sandbox (its init's host `pid`): directory ->
+    read-only (True) or noexec (False), as `home_tmpfs` made them."""
 
-    def __init__(self, pid: int, readonly: Iterable[str]) -> None:
+    def __init__(self, pid: int, dirs: Mapping[str, bool]) -> None:
         self.pid = pid
+        self.readonly = {d.rstrip("/") for d, ro in dirs.items() if ro}
+        self.noexec = {d.rstrip("/") for d, ro in dirs.items() if not ro}
         self.devices: dict[str, int] = {}  # directory (no '/') -> its tmpfs's st_dev
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_CLOEXEC)
         try:
-            for d in readonly:
+            for d in dirs:
                 fd = _open_beneath(root, d.rstrip("/"))
                 try:
                     self.devices[d.rstrip("/")] = os.fstat(fd).st_dev
@@ -95,16 +102,16 @@ class HomeMounts:
         finally:
             os.close(root)
 
-    def set_readonly(self, dirs: Iterable[str], readonly: bool) -> list[str]:
-        """Flip these (known) directories' mounts; returns those flipped. Blocking."""
+    def set_attr(self, dirs: Iterable[str], attr_set: int, attr_clr: int) -> list[str]:
+        """Set and clear MOUNT_ATTR_* bits of these (known) directories' mounts; returns
+        those changed. Blocking."""
         wanted = [d.rstrip("/") for d in dirs if d.rstrip("/") in self.devices]
         if not wanted:
             return []
         done: list[str] = []
         errors: list[BaseException] = []
-        thread = threading.Thread(
-            target=self._flip, args=(wanted, readonly, done, errors), daemon=True
-        )
+        attr = _MountAttr(attr_set, attr_clr, 0, 0)
+        thread = threading.Thread(target=self._flip, args=(wanted, attr, done, errors), daemon=True)
         thread.start()
         thread.join(FLIP_TIMEOUT_S)
         if errors:
@@ -112,7 +119,7 @@ class HomeMounts:
         return done
 
     def _flip(
-        self, dirs: list[str], readonly: bool, done: list[str], errors: list[BaseException]
+        self, dirs: list[str], attr: _MountAttr, done: list[str], errors: list[BaseException]
     ) -> None:
         """In its own thread (it leaves the host's mount namespace and never comes back)."""
         fds: list[tuple[str, int]] = []
@@ -131,8 +138,6 @@ class HomeMounts:
             finally:
                 os.close(root)
                 os.close(ns)
-            attr = (_MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0) if readonly
-                    else _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0))  # fmt: skip
             for d, fd in fds:
                 if _libc.syscall(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH,
                                  ctypes.byref(attr), ctypes.sizeof(attr)) != 0:  # fmt: skip
@@ -148,15 +153,22 @@ class HomeMounts:
     @asynccontextmanager
     async def writable(self, dirs: Iterable[str]) -> AsyncIterator[list[str]]:
         """These read-only directories writable while the block runs (a consented call's
-        window), read-only again after, even when cancelled."""
-        opened = await anyio.to_thread.run_sync(self.set_readonly, list(dirs), False)
+        window), read-only again after, even when cancelled; these noexec ones exec from
+        now on (what the user asked to put on PATH runs later)."""
+        wanted = [d.rstrip("/") for d in dirs]
+        ro = [d for d in wanted if d in self.readonly]
+        ex = [d for d in wanted if d in self.noexec]
+        if ex:
+            made = await anyio.to_thread.run_sync(self.set_attr, ex, 0, MOUNT_ATTR_NOEXEC)
+            self.noexec.difference_update(made)
+        opened = await anyio.to_thread.run_sync(self.set_attr, ro, 0, MOUNT_ATTR_RDONLY)
         try:
             yield opened
         finally:
             if opened:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(FLIP_TIMEOUT_S):
                     try:
-                        await anyio.to_thread.run_sync(self.set_readonly, opened, True)
+                        await anyio.to_thread.run_sync(self.set_attr, opened, MOUNT_ATTR_RDONLY, 0)
                     except OSError:
                         if os.path.exists(f"/proc/{self.pid}"):  # noqa: ASYNC240 - procfs
                             raise  # alive and not protected again: say so

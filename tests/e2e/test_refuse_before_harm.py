@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["trio"]),
 ]
 
-CALL_BOUND_S = 20.0
+CALL_BOUND_S = 60.0  # generous: a loaded 2-core CI machine
 TIDY = "Tidy my notes"
 UNITS = "/home/mtguard/.config/systemd/user"
 UNIT = f"{UNITS}/app.service"
@@ -110,3 +110,20 @@ async def test_persistence_dirs_refuse_renames_truncation_and_indirect_names(
         with pytest.raises(CallDenied):
             await _run(server, "d=$HOME/.local/bin; echo 'touch /tmp/ran' > \"$d/git\"", TIDY)
         assert host_view(server, "/home/mtguard/.local/bin/git") in (None, b"")
+
+        # a shim written by a relative name (no name check sees it) lands, but never runs:
+        # the PATH dir is noexec until a call has consent for it
+        plant = "cd ~/.local/bin && echo 'touch /tmp/ran-hi' > hi && chmod +x hi"
+        for command in (plant, "$HOME/.local/bin/hi"):
+            try:
+                await _run(server, command, TIDY)
+            except CallDenied:
+                pass
+        assert not host_exists(server, "/tmp/ran-hi")
+        # asked for: the script lands and runs, then and in later calls
+        task = "Create the script ~/.local/bin/hello with the line echo hello"
+        await _run(server, "echo 'echo hello' > ~/.local/bin/hello", task)
+        task = "Make ~/.local/bin/hello executable: chmod +x ~/.local/bin/hello"
+        await _run(server, "chmod +x ~/.local/bin/hello", task)
+        out = await _run(server, "~/.local/bin/hello", "Run ~/.local/bin/hello")
+        assert "hello" in out["content"][0]["text"], out
