@@ -214,6 +214,7 @@ READ_WORDS = frozenset("""
 show list get read check find count status display view print see look search fetch tell
 describe summarise summarize explain inspect query give review compare preview browse scan
 lookup verify watch examine analyse analyze identify locate retrieve report what what's which
+open visit navigate go play listen calculate compute estimate total test ping translate
 who how when where why whether is are was were does do did has have anything any price
 liste lister listez montre montrez affiche affichez lis lisez vérifie vérifiez cherche
 cherchez trouve trouvez donne donnez compte dis dites quel quelle quels quelles combien où
@@ -241,6 +242,10 @@ SUBJECTS = NARRATORS | frozenset(
 )
 # Negations in the languages of the sets (the policy's English ones are added).
 NEGATIONS = frozenset("nicht kein keine keinen nie pas ne jamais nunca non mai niet geen".split())
+# a quoted span of more words than a name has is text the user pasted (a customer's message,
+# a command), not their order: its clauses order nothing
+_QUOTE_SPAN = re.compile(r"«[^»]*»|\u201c[^\u201d]*\u201d|\"[^\"\n]*\"|'[^'\n]*'(?!\w)|`[^`\n]*`")
+MAX_NAME_WORDS = 3
 _SENTENCE = re.compile(r"(?:[^.!?]|[.!?](?!\s|$))+(?:[.!?]+|$)")
 _POLITE = re.compile(r"(?:please\s+)?(?:can|could|would|will)\s+you\b")  # "can you ...?": an order
 _CLAUSE_SPLIT = re.compile(
@@ -255,10 +260,15 @@ def _sentences(text: str) -> list[str]:
 def acting_clauses(text: str, negations: frozenset[str] = frozenset()) -> list[str]:
     """The clauses of `text` (lower-case) that order something: not in a question, opened
     (after fillers) by a word outside `READ_WORDS`, a subject or a name, and holding no
-    negation. "Void invoice INV-1003, it was a duplicate" -> ["void invoice inv-1003"]."""
+    negation. A long quoted span is pasted text, not an order (`MAX_NAME_WORDS`).
+    "Void invoice INV-1003, it was a duplicate" -> ["void invoice inv-1003"]."""
     neg = NEGATIONS | negations
     out: list[str] = []
-    for sentence in _sentences(text.lower().replace(_RSQUO, "'")):
+    text = _QUOTE_SPAN.sub(
+        lambda m: m.group(0) if len(words_of(m.group(0))) <= MAX_NAME_WORDS else " . ",
+        text.replace(_RSQUO, "'"),
+    )
+    for sentence in _sentences(text.lower()):
         if sentence.endswith("?") and not _POLITE.match(sentence):
             continue  # a question asks to be told
         for clause in _CLAUSE_SPLIT.split(sentence.rstrip(".!")):
