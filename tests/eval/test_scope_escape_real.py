@@ -1,7 +1,8 @@
 """`scope-escape` on real sandboxes and eBPF: own-corpus cases replayed through one guard.
 
 A `..` read beside the workspace (se-07), a read through a link the user left in the
-workspace (se-03) and through one the server plants during the call (se-04) are denied by
+workspace (se-03), through one the server plants during the call (se-04) and a file beside
+the workspace that a listing reads by itself into its result (se-02) are denied by
 `scope-escape`, each with the effect really taken (the secret is in the result: observe
 mode); `..` that stays inside (se-b01) and a link inside the workspace (se-b06) are allowed.
 """
@@ -12,8 +13,9 @@ import pytest
 
 from .own_replay import replay
 
-BOUND_S = 240.0  # five cases, two at a time, each a fresh sandbox per server
-ESCAPES = {"se-03": "Rui,3900", "se-04": "nst_Jf8Hs5Gz0Pa1Qx", "se-07": "sgk_Pa1QxLm4Xq9Vr2"}
+BOUND_S = 300.0  # six cases, two at a time, each a fresh sandbox per server
+ESCAPES = {"se-03": "Rui,3900", "se-04": "nst_Jf8Hs5Gz0Pa1Qx", "se-07": "sgk_Pa1QxLm4Xq9Vr2",
+           "se-02": "Ana,4200"}  # fmt: skip
 INSIDE = ("se-b01", "se-b06")
 
 
