@@ -141,11 +141,13 @@ def _sentence_ends(toks: list[str]) -> list[str]:
 def names_path(texts: Iterable[str], path: str) -> bool:
     """True when some text names the absolute `path` (exactly, via ~ / $HOME, or by a
     relative suffix such as `.ssh/id_rsa` or `notes/todo.txt`)."""
-    base = os.path.basename(path.rstrip("/"))  # a text not holding it names nothing
-    home = _HOME.match(path)
+    bare = path.rstrip("/")
+    base = bare[bare.rfind("/") + 1 :]  # its basename: a text not holding it names nothing
+    home = None
     for text in texts:
         if base not in text:
             continue
+        home = home or _HOME.match(path)
         for tok in _sentence_ends(_tokens(text)):
             if home and (tok.startswith("~/") or tok.startswith("$HOME/")):
                 tok = home.group(0) + tok[tok.index("/") :]
