@@ -72,6 +72,8 @@ def container_spec(
     for hidden in plan.hidden:  # the guard's own state, were a mount to expose it
         tmpfs[hidden] = "rw,nosuid,nodev,noexec,size=64k,mode=0755"
     tmpfs.update(home_tmpfs(home_dirs or {}, plan.user.uid, plan.user.gid))  # homedirs.py
+    for masked in plan.masked:  # host directories the server does not need (plan.MASKED)
+        tmpfs[masked] = "ro,nosuid,nodev,noexec,size=4k,mode=0755"
     return {
         "Image": image,
         "Cmd": cmd,

@@ -22,6 +22,7 @@ from ..errors import CommandNotFound, SandboxError
 from ..paths import state_home
 from .image import HOME
 from .interp import (
+    STANDARD_PATH,
     guard_prefixes,
     interpreter_roots,
     is_guard_python,
@@ -36,6 +37,10 @@ from .settings import SandboxConfig
 from .users import SandboxUser, check_reachable, sandbox_user
 
 HOST_CONFIG = ["/etc/fonts"]  # read-only, when the host has them
+# Host directories under the /usr bind a server does not need: the host's own tools and
+# their configs (/usr/local/bin, a world-readable /usr/local/etc/npmrc, other interpreters'
+# packages in /usr/local/lib): an empty read-only tmpfs covers each, unless `needs` it.
+MASKED = ["/usr/local"]
 # Set in a sandbox without network unless the user sets them: a package manager that cannot
 # reach its registry fails at once instead of retrying for a minute (npm: ~70 s of backoff).
 OFFLINE_ENV = {"npm_config_fetch_retries": "0", "UV_OFFLINE": "1"}
@@ -56,6 +61,7 @@ class SandboxPlan(msgspec.Struct, kw_only=True):
     server_state: str | None  # the server's persistent state directory on the host
     hidden: list[str]  # host directories a tmpfs covers inside (the guard's own state)
     env: dict[str, str]
+    masked: list[str] = msgspec.field(default_factory=list)  # host dirs shown empty inside
 
 
 def safe_name(name: str) -> str:
@@ -132,13 +138,27 @@ def plan_sandbox(
             path += [bin_dir] if bin_dir not in path else []
     if runtime:
         check_command(command, path, visible, workspace, image)
+    masked = [d for d in MASKED if runtime and not needs(d, command, path, binds)]
     env = {"HOME": HOME, "USER": "mtguard", "PATH": ":".join(path), "LANG": "C.UTF-8",
            "SHELL": user_shell(visible), "MTGUARD_STATE_DIR": data}  # fmt: skip
     if config.network == "none" and not config.allow_domains:  # no network at all
         env.update({k: v for k, v in OFFLINE_ENV.items() if k not in config.env})
     env.update(config.env)
     return SandboxPlan(user=user, binds=binds, path=path, shell=env["SHELL"],
-                       server_state=state, hidden=hidden, env=env)  # fmt: skip
+                       server_state=state, hidden=hidden, env=env, masked=masked)  # fmt: skip
+
+
+def needs(masked: str, command: list[str], path: list[str], binds: list[Bind]) -> bool:
+    """Does this server need the host directory `masked` (so it stays visible)? A bind in
+    it (a mount on purpose), its program or a script argument there, or its PATH through
+    it beyond the standard entries (an interpreter installed there)."""
+    if any(under(b.source, [masked]) or under(b.target, [masked]) for b in binds):
+        return True
+    program = command[0] if "/" in command[0] else which(command[0], path)
+    named = [program or "", *(a for a in command[1:] if os.path.isabs(a))]
+    if any(under(os.path.realpath(n), [masked]) or under(n, [masked]) for n in named if n):
+        return True
+    return any(under(d, [masked]) for d in path if d not in STANDARD_PATH)
 
 
 def check_command(
@@ -158,8 +178,9 @@ def check_command(
             if under(real, visible):
                 return
             raise CommandNotFound(
-                program, image, f"{real} is not under a mounted directory; add its directory "
-                "with --mount"
+                program,
+                image,
+                f"{real} is not under a mounted directory; add its directory with --mount",
             )
     raise CommandNotFound(program, image)
 

@@ -26,3 +26,4 @@ def test_parents_are_made_first_and_outside_dirs_are_ignored() -> None:
         f"{HOME}/.local/share",
         f"{HOME}/.local/share/systemd",
     ]
+
