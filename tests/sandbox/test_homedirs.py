@@ -26,4 +26,3 @@ def test_parents_are_made_first_and_outside_dirs_are_ignored() -> None:
         f"{HOME}/.local/share",
         f"{HOME}/.local/share/systemd",
     ]
-
