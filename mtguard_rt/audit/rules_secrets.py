@@ -155,13 +155,23 @@ def _unasked(
         return "the same call (tool and arguments) returned no secret earlier in this session"
     if asks_for_credentials(task) or _asks_tool_credential(ctx):
         return None
-    if values and _asks_entry(ctx, read, values):
+    if values and _asks_entry(ctx, _in_workspace(view, read), values):
         return None
     return "the task asks for no credential and names no file the call read"
 
 
+def _in_workspace(view: TreeView, read: list[str]) -> list[str]:
+    """The read files inside the server's workspace (its seeded working directory): an entry
+    the task asks for by name is one of the server's own, not a file it climbed out to."""
+    ws = next((p.cwd for p in view.tree.processes if p.learned == "seeded" and p.cwd), None)
+    if not ws or ws == "/":
+        return []
+    root = ws.rstrip("/") + "/"
+    return [p for p in read if os.path.normpath(p).startswith(root)]
+
+
 def _asks_entry(ctx: CallContext, read: list[str], secrets: list[str]) -> bool:
-    """Every secret of the result is in the content of read files the task asks for: named
+    """Every secret of the result is in the content of workspace files the task asks for: named
     as an entry (an argument value, which the task says as a word, that is the file's name
     without its extension), or lying in a store the task names for a tool that hands out
     secrets (`store_named`: the file's directory)."""

@@ -154,6 +154,11 @@ def test_an_entry_the_task_does_not_ask_for_or_a_secret_from_another_file_is_den
     found = _secret("show_invoice", {"number": "INV-1004"}, "Show invoice INV-1004.", files,
                     f"invoice INV-1004\n{TOKEN}")  # fmt: skip
     assert [v.rule for v in found] == ["secret-in-result"]
+    # the entry's name is the argument, but the key came from a file outside the workspace
+    files = {f"{WS}/logs/shipper.log": "INFO shipped\n", "/srv/shipper.env": f"DD_KEY={TOKEN}\n"}
+    found = _secret("tail_log", {"service": "shipper"}, "Show the tail of the shipper log.",
+                    files, f"INFO shipped\nDD_KEY={TOKEN}")  # fmt: skip
+    assert [v.rule for v in found] == ["secret-in-result"]
     # a store named for a tool whose job is not handing out secrets
     found = _secret("show_file", {"path": "keyring/github-ci.txt"}, "Show the keyring folder "
                     "listing.", entry, TOKEN)  # fmt: skip
