@@ -18,8 +18,9 @@ wall clock, not these counts):
 Each replay gets a fresh copy of the context (`copy.deepcopy`, outside the timing): caches a
 first run fills (cached properties) are not carried over. `--digest FILE` writes every
 replayed verdict (decision, rules, reasons) and consent list: two trees' digests on the same
-calls are equal when an optimisation kept every verdict (`cmp`). `--profile tottime` adds a
-cProfile of the replays.
+calls are equal when an optimisation kept every verdict (`cmp`): record once with `--save
+FILE`, replay with `--load FILE` under each tree (live trees differ run to run: a loaded
+machine leaves one incomplete). `--profile tottime` adds a cProfile of the replays.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import copy
 import json
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -38,6 +40,7 @@ import anyio
 from _common import ROOT, machine, pct, summary
 
 from mtguard_rt import GuardConfig, open_guard
+from mtguard_rt.audit.loader import load_policy
 from mtguard_rt.audit.online import OnlineRules
 from mtguard_rt.monitor import procfs
 from mtguard_rt.sandbox import SandboxConfig
@@ -159,14 +162,22 @@ def replay(got: dict[str, Any], rounds: int, prof: Any = None,
     return out, digest
 
 
-async def main(calls: int, rounds: int, digest_file: str | None, profile: str | None) -> None:
+async def main(calls: int, rounds: int, digest_file: str | None, profile: str | None,
+               save: str | None, load: str | None) -> None:
     print(f"# hot_path: {machine()}; code from {Path(__import__('mtguard_rt').__file__).parent}")
     if not GIT_SERVER.is_file():
         raise SystemExit(f"{GIT_SERVER} missing: run `make setup` (installs the real servers)")
     with tempfile.TemporaryDirectory(prefix="mtguard-hot-") as tmp:
         ws = Path(tmp) / "ws"
         repos = make_repos(ws, 8)
-        got = await record_calls(calls, ws, repos, tmp)
+        if load:  # another run's recorded calls: both trees' code judges the same inputs
+            got = pickle.loads(await anyio.Path(load).read_bytes())
+            got["policy"] = load_policy(None)
+        else:
+            got = await record_calls(calls, ws, repos, tmp)
+        if save:
+            kept = {k: v for k, v in got.items() if k != "policy"}
+            await anyio.Path(save).write_bytes(pickle.dumps(kept))
     denied = [r.tool for r in got["records"] if r.decision == "deny"]
     if profile:  # where the replay's CPU goes (cProfile: slower, so no figures then)
         import cProfile
@@ -176,7 +187,7 @@ async def main(calls: int, rounds: int, digest_file: str | None, profile: str | 
         replay(got, rounds, prof)
         pstats.Stats(prof).sort_stats(profile).print_stats(40)
     out, digest = replay(got, rounds)
-    out["seed"] = got["seed"]
+    out["seed"] = got["seed"]  # measured live by the recording run (`--load`: that run's)
     print(f"{len(got['post'])} calls replayed x{rounds}; {len(denied)} denied; "
           f"{got['procs']} processes in the sandbox at the end")
     for stage in ("consent", "pre", "post", "seed", "record"):
@@ -201,6 +212,9 @@ if __name__ == "__main__":
     parser.add_argument("--digest", help="write the replayed verdicts here (compare two trees)")
     parser.add_argument("--profile", choices=("tottime", "cumtime"),
                         help="also print a cProfile of the replays, sorted so")
+    parser.add_argument("--save", help="pickle the recorded calls here")
+    parser.add_argument("--load", help="replay the calls another run saved (no server)")
     args = parser.parse_args()
     os.chdir(ROOT)
-    anyio.run(main, args.calls, args.rounds, args.digest, args.profile, backend="trio")
+    anyio.run(main, args.calls, args.rounds, args.digest, args.profile, args.save, args.load,
+              backend="trio")

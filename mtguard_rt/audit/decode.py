@@ -100,22 +100,29 @@ def b64_forms(value: str) -> list[str]:
     return [f for f in forms if len(f) >= 8]
 
 
+@lru_cache(maxsize=1024)
+def _needles(value: str, b64: bool) -> tuple[tuple[str, ...], str, str, str, str]:
+    """The encodings of `value` that `_form_of` looks for (base64 forms, hex, reversed,
+    ROT13, squeezed): the same known values (canary markers, their parts) every call."""
+    forms = tuple(b64_forms(value)) if b64 else ()
+    return forms, value.encode().hex(), value[::-1], rot13(value), _SQUEEZE.sub("", value)
+
+
 def _form_of(text: str, value: str, b64: bool = True) -> str | None:
     """How `text` carries all of `value` (see the module), or None. `b64`: also base64 (an
     encoding of a short part spells fewer of its characters: parts are tried longer there)."""
     head, lower, squeezed = _haystacks(text)
     if value in head:
         return "plain"
-    forms = b64_forms(value) if b64 else []
+    forms, hexed, backwards, r, bare = _needles(value, b64)
     if any(f in head for f in forms):
         return "base64"
-    if value.encode().hex() in lower:
+    if hexed in lower:
         return "hex"
-    if value[::-1] in head:
+    if backwards in head:
         return "reversed"
-    if (r := rot13(value)) != value and r in head:
+    if r != value and r in head:
         return "ROT13"
-    bare = _SQUEEZE.sub("", value)
     if len(bare) >= MIN_PART and bare in squeezed:
         return "split"
     if any(f in squeezed for f in forms):
@@ -134,10 +141,15 @@ def _strong(part: str) -> bool:
 def parts(value: str, size: int = MIN_PART) -> list[str]:
     """The parts of `value` looked for: every `PART_STRIDE`th window of `size` chars and the
     last one (a prefix or a suffix of `size`+ is always among them), strong ones only."""
+    return list(_parts(value, size))
+
+
+@lru_cache(maxsize=256)  # the same known values every call
+def _parts(value: str, size: int) -> tuple[str, ...]:
     if len(value) <= size:
-        return []
+        return ()
     starts = [*range(0, len(value) - size, PART_STRIDE), len(value) - size]
-    return [p for p in dict.fromkeys(value[i : i + size] for i in starts) if _strong(p)]
+    return tuple(p for p in dict.fromkeys(value[i : i + size] for i in starts) if _strong(p))
 
 
 def find_known(

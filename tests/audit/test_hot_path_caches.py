@@ -4,12 +4,14 @@ consent's path arguments found once per call."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import re
 
 from mtguard_rt.audit.consent import WriteConsent
 from mtguard_rt.audit.context import CallContext
+from mtguard_rt.audit.decode import find_known, parts, rot13
 from mtguard_rt.audit.loader import load_policy
 from mtguard_rt.audit.patterns import HOME_RE
 from mtguard_rt.audit.persist_class import _ALL, _SAMPLE, CLASSES, persist_class
@@ -87,3 +89,23 @@ def test_consent_path_arguments_found_once_per_call() -> None:
         call_id="d", server="s", tool="t", arguments={"path": "~/.zshrc"}),
         task="add an alias to my zshrc"), POLICY)
     assert not alone._elsewhere("/home/mtguard/.zshrc")
+
+
+def test_known_value_forms_cached_answer_as_computed() -> None:
+    marker = "MTGCANARY0123456789ABCDEF"
+    texts = {
+        "plain": f"x {marker} y",
+        "base64": base64.b64encode(f"k={marker}".encode()).decode(),
+        "hex": marker.encode().hex(),
+        "reversed": marker[::-1],
+        "ROT13": rot13(marker),
+        "split": " - ".join(marker[i : i + 5] for i in range(0, len(marker), 5)),
+    }
+    for _ in range(2):  # the second round's needles and parts come from the caches
+        for form, text in texts.items():
+            assert find_known(text, marker) == (form, marker)
+        assert find_known("nothing here", marker) is None
+        assert find_known(f"..{marker[3:20]}..", marker) == ("part, plain", marker[4:16])
+    got = parts(marker)
+    got.append("mutated")  # a caller's list is its own: the cache is not touched
+    assert "mutated" not in parts(marker)
