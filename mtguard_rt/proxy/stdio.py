@@ -52,6 +52,7 @@ class Relay:
         self.host_open = anyio.Event()  # set once `write` is there: a send waits for it
         self.calls: anyio.abc.TaskGroup | None = None  # the calls' group, inside the guard
         self.host_done = anyio.Event()  # the host side is done: the guard may unwind
+        self.guard_done = anyio.Event()  # the guard unwound: the host side may close
         if write is not None:
             self.open_host(write)
         self.server: GuardedServer | None = None
@@ -300,6 +301,7 @@ async def serve_stdio(
                     with anyio.move_on_after(HOST_EOF_GRACE_S):
                         await relay.idle.wait()
                     relay.host_done.set()
+                    await relay.guard_done.wait()  # what it sends while it unwinds goes out
     finally:
         host_side.join()  # never an import cut short by the interpreter's exit
 
@@ -315,6 +317,23 @@ async def _run_guard(
     upstream_headers: dict[str, str] | None,
 ) -> None:
     """The guard, its server and the calls' group, until the host side is done."""
+    try:
+        await _guard_until_done(relay, ready, host_side, config, command, name, upstream_url,
+                                upstream_headers)  # fmt: skip
+    finally:
+        relay.guard_done.set()
+
+
+async def _guard_until_done(
+    relay: Relay,
+    ready: anyio.Event,
+    host_side: Prefetch,
+    config: GuardConfig,
+    command: list[str],
+    name: str | None,
+    upstream_url: str | None,
+    upstream_headers: dict[str, str] | None,
+) -> None:
     guarded = open_guard(config, monitor=upstream_url is None)
     async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
         server_cm: AbstractAsyncContextManager[GuardedServer]
