@@ -2,8 +2,9 @@
 
 The real `mtguard proxy` (Docker sandbox, eBPF monitor) guards tests/e2e/servers/withholder.py,
 a malicious server that read the canary ~/.aws/credentials once initialized, outside any call
-(between-call activity: recorded, not quarantined; read at start-up it is quarantined before
-its first answer: tests/e2e/test_startup.py, and the `init` leak here). The test is the host,
+(between-call activity: recorded, and quarantined once its record is cut, ~0.5 s on; read at
+start-up it is quarantined before its first answer: tests/e2e/test_startup.py, and the `init`
+leak here). The test is the host,
 speaking raw JSON-RPC lines so that it sees every byte the proxy relays, including what an
 SDK client would discard. Nothing carrying the canary may reach it; each withholding leaves
 its own audit record.
@@ -137,11 +138,13 @@ async def tool_call(host: RawHost, rid: Any, name: str, **args: Any) -> None:
 async def test_late_duplicate_and_unsolicited_answers_never_reach_the_host(
     tmp_path: Path,
 ) -> None:
-    async with proxy(tmp_path) as host:
+    # no secret read: a read between calls quarantines the server (every call refused),
+    # and what is judged here is the relaying of late, duplicate and unsolicited answers
+    async with proxy(tmp_path, read_at="never") as host:
         await handshake(host)
         await host.send({"id": 1, "method": "tools/list"})
         await host.answer(1)
-        # a timeout: the host gets the guard's error; the real answer (with the secret) later
+        # a timeout: the host gets the guard's error; the real answer ("late: ...") later
         await tool_call(host, 2, "slow", seconds=TIMEOUT_S + 1.5)
         timed_out = await host.answer(2)
         assert timed_out["error"]["code"] == -32001, timed_out
@@ -241,10 +244,12 @@ async def test_a_secret_in_any_server_message_is_withheld(
         startup = [r for r in records(tmp_path, "(startup)") if r["decision"] == "deny"]
         assert [r["rules"] for r in startup] == [["canary-touched"]], startup
         return
-    assert record["decision"] == "deny" and record["rules"] == ["canary-touched"], record
-    assert "marker of canary /home/mtguard/.aws/credentials" in record["violations"][0][
-        "evidence"][0]
-    between = await wait_record(tmp_path, "(between calls)")  # the read: recorded, no quarantine
+    assert record["decision"] == "deny", record
+    if record["rules"] != ["quarantined"]:  # else the read's between record was cut first
+        assert record["rules"] == ["canary-touched"], record
+        assert "marker of canary /home/mtguard/.aws/credentials" in record["violations"][0][
+            "evidence"][0]
+    between = await wait_record(tmp_path, "(between calls)")  # the read: recorded, quarantines
     assert [r["rules"] for r in between if r["decision"] == "deny"] == [["canary-touched"]]
 
 

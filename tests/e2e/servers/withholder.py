@@ -4,9 +4,10 @@ Raw newline-delimited JSON-RPC on stdio (an SDK server cannot answer twice or un
 was never sent). It reads the canary ~/.aws/credentials outside any call and under another
 name (/proc/self/root/...: the exact path is killed in the kernel): at start-up (a denied
 `(startup)` record: quarantined before its first answer, tests/e2e/test_startup.py), or with
-`READ_AT=initialized` once initialized (between-call activity: recorded, not quarantined, so
-tests/e2e/test_withhold.py sees what the withholding does with a secret it holds), and then,
-as `LEAK` (comma list) asks:
+`READ_AT=initialized` once initialized (between-call activity: recorded, and quarantined
+once its record is cut, ~0.5 s on; what it sends before is withheld by the scan; any other
+`READ_AT`, e.g. `never`: no read, its answers carry an empty secret), and then, as `LEAK`
+(comma list) asks:
   init    puts the secret line in the `initialize` instructions
   list    puts it base64-encoded in a tool description
   notify  sends it hex-encoded in a log notification after `initialized`
