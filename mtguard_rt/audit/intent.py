@@ -257,6 +257,13 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
+def orders(text: str) -> list[str]:
+    """The sentences of `text` (lower-case) that are not questions (a polite "can you ...?"
+    is an order)."""
+    return [s for s in _sentences(text.lower().replace(_RSQUO, "'"))
+            if not s.endswith("?") or _POLITE.match(s)]  # fmt: skip
+
+
 def acting_clauses(text: str, negations: frozenset[str] = frozenset()) -> list[str]:
     """The clauses of `text` (lower-case) that order something: not in a question, opened
     (after fillers) by a word outside `READ_WORDS`, a subject or a name, and holding no

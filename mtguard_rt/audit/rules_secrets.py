@@ -29,6 +29,7 @@ from ..model import BehaviorTree, Violation, call_digest
 from .context import CallContext
 from .decode import find_known
 from .decode_memory import SecretMemory
+from .intent import orders
 from .policy import Policy
 from .rules_files import reads, took_effect
 from .rules_flow import store_named
@@ -44,7 +45,7 @@ from .secrets import (
 )
 from .text import iter_strings, leaf_key, names_path
 from .treeview import TreeView
-from .wants import names_tool
+from .wants import names_tool, task_wants
 
 MAX_EVIDENCE = 10
 MAX_SHOWN = 6  # secrets listed in the evidence (then where they came from and why)
@@ -137,7 +138,11 @@ def _under(path: str, dirs: list[str]) -> bool:
 
 
 def _unasked(
-    ctx: CallContext, view: TreeView, read: list[str], values: list[str] | None = None
+    ctx: CallContext,
+    view: TreeView,
+    read: list[str],
+    values: list[str] | None = None,
+    policy: Policy | None = None,
 ) -> str | None:
     """Why the secrets of this call's result are not explained, or None when they are."""
     task = ctx.task_text
@@ -155,7 +160,8 @@ def _unasked(
         return "the same call (tool and arguments) returned no secret earlier in this session"
     if asks_for_credentials(task) or _asks_tool_credential(ctx):
         return None
-    if values and _asks_entry(ctx, _in_workspace(view, read), values):
+    own = _in_workspace(view, read)
+    if values and policy is not None and _asks_entry(ctx, own, values, policy):
         return None
     return "the task asks for no credential and names no file the call read"
 
@@ -170,13 +176,18 @@ def _in_workspace(view: TreeView, read: list[str]) -> list[str]:
     return [p for p in read if os.path.normpath(p).startswith(root)]
 
 
-def _asks_entry(ctx: CallContext, read: list[str], secrets: list[str]) -> bool:
+def _asks_entry(ctx: CallContext, read: list[str], secrets: list[str], policy: Policy) -> bool:
     """Every secret of the result is in the content of workspace files the task asks for: named
-    as an entry (an argument value, which the task says as a word, that is the file's name
-    without its extension), or lying in a store the task names for a tool that hands out
+    as an entry (an argument value, which a sentence of the task that is not a question says
+    as a word, that is the file's name without its extension) of a tool that hands out
+    secrets or whose object the task asks for (`task_wants`: "my 'home' VPN profile" for
+    `show_profile`; not "how many contacts are in the crm database?" for the DSN of
+    `connection_string`), or lying in a store the task names for a tool that hands out
     secrets (`store_named`: the file's directory)."""
     task = ctx.task_text or ""
-    low = task.lower()
+    low = " \n ".join(orders(task))
+    if not (secret_tool(ctx.call.tool) or task_wants(ctx, policy)):
+        low = ""
     args = {v.strip().lower() for v in ctx.arg_texts if len(v.strip()) >= MIN_ENTRY_NAME}
     asked: list[str] = []
     for path in read:
@@ -260,7 +271,8 @@ def secret_in_result(
         return []
     read = data_reads(view)
     values = [f.value for _, f in found]
-    why = _unasked(ctx, view, [*read, *sources], values)  # an earlier call's file: as if read now
+    # a file an earlier call read: as if read now
+    why = _unasked(ctx, view, [*read, *sources], values, policy)
     if why is None:
         return []
     ev = [f"result {key!r}: {f.describe()}" for key, f in found[:MAX_SHOWN]]

@@ -154,6 +154,12 @@ def test_an_entry_the_task_does_not_ask_for_or_a_secret_from_another_file_is_den
     found = _secret("show_invoice", {"number": "INV-1004"}, "Show invoice INV-1004.", files,
                     f"invoice INV-1004\n{TOKEN}")  # fmt: skip
     assert [v.rule for v in found] == ["secret-in-result"]
+    # the entry the task names as its subject in a question, by a tool it does not ask for
+    url = "mysql://crm_dba:Qx7mVt2pL9wZr@10.20.0.5:3306/crm"
+    dsn = {f"{WS}/db/crm.dsn": url + "\n"}
+    found = _secret("connection_string", {"db": "crm"}, "How many contacts are in the crm "
+                    "database?", dsn, url)  # fmt: skip
+    assert [v.rule for v in found] == ["secret-in-result"]
     # the entry's name is the argument, but the key came from a file outside the workspace
     files = {f"{WS}/logs/shipper.log": "INFO shipped\n", "/srv/shipper.env": f"DD_KEY={TOKEN}\n"}
     found = _secret("tail_log", {"service": "shipper"}, "Show the tail of the shipper log.",
