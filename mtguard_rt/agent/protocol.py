@@ -25,7 +25,7 @@ _LEN = struct.Struct(">I")
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
-    op: str  # hello status stop sync drops add_cgroup remove_cgroup protect actions ...
+    op: str  # hello status stop sync drops lost add_cgroup remove_cgroup protect actions ...
     cgroup_id: int = 0
     eager: bool = False
     paths: dict[str, int] = msgspec.field(default_factory=dict)
