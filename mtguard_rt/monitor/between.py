@@ -110,9 +110,10 @@ class BetweenFeed:
         """A window closed (its losses are its tree's): losses count from now."""
         self._lost_base = self._lost_now()
 
-    def _new_losses(self) -> dict[str, int]:
-        """Records of the cgroup lost since the last cut (or `rebase`), per kind."""
-        now, base = self._lost_now(), self._lost_base
+    def _new_losses(self, upto: dict[str, int] | None = None) -> dict[str, int]:
+        """Records of the cgroup lost since the last cut (or `rebase`), per kind, until now
+        (or until the counts `upto`: a window's at its open, which are its own from there)."""
+        now, base = (upto if upto is not None else self._lost_now()), self._lost_base
         if now is None or base is None:  # not counted (yet): from now on
             self._lost_base = now
             return {}
@@ -171,10 +172,11 @@ class BetweenFeed:
             self._effect_ns = time.monotonic_ns()
         self._wake.set()
 
-    def seal(self) -> None:
-        """The period ends (a window opens): what is pending is cut now, and so are losses
-        with no event left to show (a flood that lost every record of its own)."""
-        lost = self._new_losses() if self.policy.enabled else {}
+    def seal(self, lost_at: dict[str, int] | None = None) -> None:
+        """The period ends (a window opens; `lost_at`: its loss counts at its open, so no
+        loss counts twice): what is pending is cut now, and so are losses with no event
+        left to show (a flood that lost every record of its own)."""
+        lost = self._new_losses(lost_at) if self.policy.enabled else {}
         if self._pending or self._kills or self._online or lost:
             if self._builder is None:
                 self.begin()

@@ -155,7 +155,7 @@ class Watch:
         # what the server read and its workers did while no window was open (since the last)
         between = mon._tails.pop(self.cgroup_id, None)
         if between is not None:
-            between.stop()
+            between.stop(win._lost_at_open)  # its losses end where the window's begin
             for pid, made in between.made(between._builder.call.call_id).items():
                 self._made.setdefault(pid, made)  # forked by a worker between calls
         try:

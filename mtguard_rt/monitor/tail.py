@@ -67,11 +67,12 @@ class Tail(Window):
                 tail._builder.adopt(proc, by=window._builder.call.call_id)
         return tail
 
-    def stop(self) -> None:
-        """The next window opened: nothing more is fed (the record ends here)."""
+    def stop(self, lost_at: dict[str, int] | None = None) -> None:
+        """The next window opened (`lost_at`: its loss counts at its open, the period's
+        end): nothing more is fed (the record ends here)."""
         self.settled_ns = time.monotonic_ns()
         if self.feed is not None:
-            self.feed.seal()
+            self.feed.seal(lost_at)
 
     @property
     def requests(self) -> list[StdioMessage]:

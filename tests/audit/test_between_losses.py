@@ -143,3 +143,13 @@ async def test_observe_mode_records_a_flood_between_calls_and_quarantines_nothin
     (rec,) = await _run(feed, sup, flood, 1)
     assert rec.decision == "deny" and "lost-events" in rec.rules
     assert sup.quarantined is None  # type: ignore[attr-defined]
+
+
+def test_a_period_sealed_by_a_window_ends_its_losses_at_the_windows_open() -> None:
+    counts = _Counts()
+    feed = _feed(counts)
+    feed.feed(_open("/ws/log", WS_WRITE))
+    counts.n = {"open_write": 5}  # 3 before the window opened, 2 after: the window's own
+    feed.seal(lost_at={"open_write": 3})
+    (period,) = feed.take()
+    assert period.tree.lost == {"open_write": 3}
