@@ -13,6 +13,7 @@ import os.path
 import re
 import shlex
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -138,6 +139,22 @@ def _sentence_ends(toks: list[str]) -> list[str]:
     return out
 
 
+TOKEN_CACHE_CHARS = 4096  # texts this short keep their tokens (a task, a path argument)
+
+
+def _path_tokens(text: str) -> tuple[str, ...] | list[str]:
+    """`_sentence_ends(_tokens(text))`: the same task and arguments are asked about for every
+    candidate path of a call (shlex is the cost), so a short text's tokens are kept."""
+    if len(text) > TOKEN_CACHE_CHARS:
+        return _sentence_ends(_tokens(text))
+    return _cached_path_tokens(text)
+
+
+@lru_cache(maxsize=512)
+def _cached_path_tokens(text: str) -> tuple[str, ...]:
+    return tuple(_sentence_ends(_tokens(text)))
+
+
 def names_path(texts: Iterable[str], path: str) -> bool:
     """True when some text names the absolute `path` (exactly, via ~ / $HOME, or by a
     relative suffix such as `.ssh/id_rsa` or `notes/todo.txt`)."""
@@ -148,7 +165,7 @@ def names_path(texts: Iterable[str], path: str) -> bool:
         if base not in text:
             continue
         home = home or _HOME.match(path)
-        for tok in _sentence_ends(_tokens(text)):
+        for tok in _path_tokens(text):
             if home and (tok.startswith("~/") or tok.startswith("$HOME/")):
                 tok = home.group(0) + tok[tok.index("/") :]
             norm = os.path.normpath(tok)
