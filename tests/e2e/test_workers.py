@@ -1,8 +1,9 @@
 """Workers for real (Docker + eBPF): a call that leaves a child running settles without
 waiting for it, and the child is followed after the call: a backgrounded job that reads the
 canary once the result is back is seen between calls and killed by the call's online rules;
-the next call's tree carries it (`between`). The job acts when the test says so (a file it
-waits for), never after a delay that load could stretch past the call's end."""
+its between-call record carries it, and the secret read quarantines the server (the next call
+is refused). The job acts when the test says so (a file it waits for), never after a delay
+that load could stretch past the call's end."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mtguard_rt import open_guard
+from mtguard_rt import CallDenied, open_guard
 from mtguard_rt.between_calls import is_between
 from mtguard_rt.model import AuditRecord
 
@@ -68,17 +69,25 @@ async def test_a_backgrounded_canary_read_after_the_result_is_killed(tmp_path: P
             while not sup.kills:  # noqa: ASYNC110 - the kill is the worker's, between calls
                 await anyio.sleep(0.05)
             await anyio.sleep(SURVIVED_S)
-            again = await server.call_tool("run_command", {"command": "echo next"})
-        second = last_call(guard.records)
-    assert '"stdout": "next\\n"' in again["content"][0]["text"]
+            while not (read := _between_read(guard.records)):  # noqa: ASYNC110 - its record
+                await anyio.sleep(0.05)
+            with pytest.raises(CallDenied) as info:  # a secret read between calls quarantines
+                await server.call_tool("run_command", {"command": "echo next"})
+    assert sup.quarantined is not None and "canary-touched" in sup.quarantined
+    refused = info.value.record
+    assert refused is not None and refused.rules == ["quarantined"]
     kill = sup.kills[0]
     assert (kill.rule, kill.call_id) == ("canary-touched", first.call_id)
     assert first.tree is not None and first.tree.workers
     assert first.decision == "allow", first.violations  # the read came after its answer
-    assert second.tree is not None and second.tree.between is not None
-    between = second.tree.between
-    assert between.call.call_id == first.call_id
+    between = read.tree
+    assert between is not None and read.decision == "deny"
     killed = [p for p in between.processes if p.killed_by == "canary-touched"]
     assert killed, [(p.command_line, p.killed_by) for p in between.processes]
     assert any(f.path.endswith("/.ssh/id_rsa") for p in between.processes for f in p.files)
     assert not (ws / "after.txt").exists()
+
+
+def _between_read(records: list[AuditRecord]) -> AuditRecord | None:
+    """The between-call record of the worker's canary read, once cut and judged."""
+    return next((r for r in records if is_between(r) and "canary-touched" in r.rules), None)
