@@ -162,6 +162,15 @@ async def _served_url(proc: subprocess.Popen[bytes], err: Path) -> str:
     return said.split("serving MCP at ")[1].split()[0]
 
 
+async def _until_running(cid: str, command: str) -> None:
+    """Until `command` runs in container `cid` (`docker top`: the daemon's view)."""
+    while True:
+        top = await anyio.run_process(["docker", "top", cid], check=False)
+        if command in top.stdout.decode(errors="replace"):
+            return
+        await anyio.sleep(0.3)
+
+
 @pytest.mark.anyio
 async def test_an_agent_killed_mid_call_fails_the_http_front_closed(tmp_path: Path) -> None:
     """The HTTP front the stdio front's way: the POST of the call in flight is answered with
@@ -194,10 +203,11 @@ async def test_an_agent_killed_mid_call_fails_the_http_front_closed(tmp_path: Pa
                                    "arguments": {"command": "sleep 60"}}}))  # fmt: skip
                     left.append(sandboxes_of(proc.pid))
 
+                (cid,) = sandboxes_of(proc.pid)
                 with anyio.fail_after(BOUND_S):
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(call)
-                        await anyio.sleep(1.5)
+                        await _until_running(cid, "sleep 60")  # the call is in flight
                         agent.kill()
             with anyio.fail_after(BOUND_S):
                 while proc.poll() is None:  # noqa: ASYNC110 - another process's exit

@@ -278,7 +278,8 @@ def test_doctor_says_which_monitor(
     proc, sock = agent
     monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(sock))
     check = _agent()
-    assert check.ok and check.detail == f"monitor: agent (pid {proc.pid}) at {sock}"
+    mode = f"monitor: agent (pid {proc.pid}) at {sock}; sessions: "  # then this uid's
+    assert check.ok and check.detail.startswith(mode), check.detail
     monkeypatch.setenv("MTGUARD_AGENT_SOCKET", str(tmp_path / "none.sock"))
     check = _agent()
     assert not check.ok and not check.required and "in-process (no agent at" in check.detail
