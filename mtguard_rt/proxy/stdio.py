@@ -318,50 +318,38 @@ async def _run_guard(
 ) -> None:
     """The guard, its server and the calls' group, until the host side is done."""
     try:
-        await _guard_until_done(relay, ready, host_side, config, command, name, upstream_url,
-                                upstream_headers)  # fmt: skip
+        guarded = open_guard(config, monitor=upstream_url is None)
+        async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
+            server_cm: AbstractAsyncContextManager[GuardedServer]
+            if upstream_url is None:
+                server_cm = guard.connect(
+                    command, name, handshake=False, on_message=relay.from_server
+                )
+                what = " ".join(command)
+            else:
+                from .remote import connect_server, redact
+
+                server_cm = connect_server(
+                    guard, command, name, relay.from_server, upstream_url, upstream_headers
+                )
+                what = redact(upstream_url)
+            host_side.start()  # its imports overlap Docker's work and the server's start
+            async with server_cm as server:
+                relay.attach(server)
+                _log(
+                    f"guarding {what!r} {server.upstream.describe()} "
+                    f"({'observe' if guard.observe else 'enforce'} mode, {guard.monitor_mode}, "
+                    f"audit log "
+                    f"{config.audit_log or 'off'})"
+                )
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(relay.server_gone)
+                    relay.calls = calls
+                    ready.set()
+                    await relay.host_done.wait()
+                    calls.cancel_scope.cancel()
     finally:
         relay.guard_done.set()
-
-
-async def _guard_until_done(
-    relay: Relay,
-    ready: anyio.Event,
-    host_side: Prefetch,
-    config: GuardConfig,
-    command: list[str],
-    name: str | None,
-    upstream_url: str | None,
-    upstream_headers: dict[str, str] | None,
-) -> None:
-    guarded = open_guard(config, monitor=upstream_url is None)
-    async with relay.failing_closed(), guarded as guard:  # a lost monitor: answered
-        server_cm: AbstractAsyncContextManager[GuardedServer]
-        if upstream_url is None:
-            server_cm = guard.connect(command, name, handshake=False, on_message=relay.from_server)
-            what = " ".join(command)
-        else:
-            from .remote import connect_server, redact
-
-            server_cm = connect_server(
-                guard, command, name, relay.from_server, upstream_url, upstream_headers
-            )
-            what = redact(upstream_url)
-        host_side.start()  # its imports overlap Docker's work and the server's start
-        async with server_cm as server:
-            relay.attach(server)
-            _log(
-                f"guarding {what!r} {server.upstream.describe()} "
-                f"({'observe' if guard.observe else 'enforce'} mode, {guard.monitor_mode}, "
-                f"audit log "
-                f"{config.audit_log or 'off'})"
-            )
-            async with anyio.create_task_group() as calls:
-                calls.start_soon(relay.server_gone)
-                relay.calls = calls
-                ready.set()
-                await relay.host_done.wait()
-                calls.cancel_scope.cancel()
 
 
 def _first(group: BaseExceptionGroup[MonitorLost]) -> MonitorLost:
