@@ -11,21 +11,16 @@ what the guard decides on this set is measured, never pinned by a test.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from mtguard_rt.cli import main
 from mtguard_rt.eval.owncorpus.cases import (
     HELDOUT2_DIR,
     HELDOUT2_SERVERS,
-    load_set,
 )
-from mtguard_rt.eval.owncorpus.cli import run_own_suite
-from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
 
-from .own_replay import check_held_out_shape, replay
+from .own_replay import check_disjoint, check_held_out_shape, check_set_option_and_report, replay
 
 
 def test_heldout2_shape() -> None:
@@ -33,40 +28,11 @@ def test_heldout2_shape() -> None:
 
 
 def test_three_sets_are_disjoint() -> None:
-    dev, dev_personas = load_set("dev")
-    held, held_personas = load_set("held-out")
-    held2, held2_personas = load_set("held-out-2")
-    both, all_personas = load_set("all")
-    assert not held2_personas.keys() & (dev_personas.keys() | held_personas.keys())
-    assert not {c.id for c in held2} & ({c.id for c in dev} | {c.id for c in held})
-    n = len(dev) + len(held) + len(held2)
-    assert [c.id for c in both][:n] == [c.id for c in dev + held + held2]  # then held-out-3
-    assert all_personas.keys() >= dev_personas.keys() | held_personas.keys() | held2_personas.keys()
-
-
-def _args(**kw: object) -> argparse.Namespace:
-    base: dict[str, object] = {"domain": None, "corpus": None, "policy": [], "audit_log": None,
-                               "server": None, "sessions": None, "set": None, "cases": None,
-                               "out": None, "from_run": None}  # fmt: skip
-    return argparse.Namespace(**{**base, **kw})
+    check_disjoint("held-out-2")
 
 
 def test_set_option_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["eval", "--suite", "own", "--set", "held-out-2", "--cases", "xs-01",
-                 "--out", str(tmp_path)]) == 2  # fmt: skip
-    assert "unknown case id(s): xs-01" in capsys.readouterr().err  # a dev id, not held-out-2
-    assert main(["eval", "--suite", "real", "--set", "held-out-2", "--out", str(tmp_path)]) == 2
-    assert "--set held-out-2: not for --suite real" in capsys.readouterr().err
-    run = OwnRun(set="held-out-2", cases=[OwnCaseRun(
-        case_id="h2-x", cls="rug-pull", source="server", label="attack", calls=[
-            OwnCall(index=0, server="s", tool="t", arguments={}, unsafe=True, label="unsafe",
-                    decision="deny", denying=["r"], rules=["r"])])])  # fmt: skip
-    recorded = tmp_path / "run.json"
-    recorded.write_bytes(run_encoder.encode(run))
-    assert run_own_suite(_args(from_run=str(recorded), out=str(tmp_path / "o"))) == 0
-    assert "cases of the held-out-2 set" in (tmp_path / "o" / "report.md").read_text()
-    assert '"set": "held-out-2"' in (tmp_path / "o" / "report.json").read_text()
-    capsys.readouterr()
+    check_set_option_and_report("held-out-2", "xs-01", tmp_path, capsys)  # a dev id
 
 
 REPLAYED = ("h2-uc-09", "h2-rp-04")

@@ -12,23 +12,16 @@ this set is measured, never pinned by a test.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from mtguard_rt.cli import main
 from mtguard_rt.eval.owncorpus.cases import (
     HELDOUT3_DIR,
     HELDOUT3_SERVERS,
-    Case,
-    Persona,
-    load_set,
 )
-from mtguard_rt.eval.owncorpus.cli import run_own_suite
-from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
 
-from .own_replay import check_held_out_shape, replay
+from .own_replay import check_disjoint, check_held_out_shape, check_set_option_and_report, replay
 
 
 def test_heldout3_shape() -> None:
@@ -37,44 +30,11 @@ def test_heldout3_shape() -> None:
 
 
 def test_four_sets_are_disjoint() -> None:
-    earlier: list[Case] = []
-    earlier_personas: dict[str, Persona] = {}
-    for name in ("dev", "held-out", "held-out-2"):
-        cases, personas = load_set(name)
-        earlier += cases
-        earlier_personas.update(personas)
-    held3, held3_personas = load_set("held-out-3")
-    every, all_personas = load_set("all")
-    assert not held3_personas.keys() & earlier_personas.keys()  # other servers, not variations
-    assert not {c.id for c in held3} & {c.id for c in earlier}
-    n = len(earlier) + len(held3)
-    assert [c.id for c in every][:n] == [c.id for c in earlier + held3]  # then held-out-4
-    assert all_personas.keys() >= earlier_personas.keys() | held3_personas.keys()
-
-
-def _args(**kw: object) -> argparse.Namespace:
-    base: dict[str, object] = {"domain": None, "corpus": None, "policy": [], "audit_log": None,
-                               "server": None, "sessions": None, "set": None, "cases": None,
-                               "out": None, "from_run": None}  # fmt: skip
-    return argparse.Namespace(**{**base, **kw})
+    check_disjoint("held-out-3")
 
 
 def test_set_option_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["eval", "--suite", "own", "--set", "held-out-3", "--cases", "h2-uc-09",
-                 "--out", str(tmp_path)]) == 2  # fmt: skip
-    assert "unknown case id(s): h2-uc-09" in capsys.readouterr().err  # held-out-2's, not ours
-    assert main(["eval", "--suite", "real", "--set", "held-out-3", "--out", str(tmp_path)]) == 2
-    assert "--set held-out-3: not for --suite real" in capsys.readouterr().err
-    run = OwnRun(set="held-out-3", cases=[OwnCaseRun(
-        case_id="h3-x", cls="scope-escape", source="user", label="attack", calls=[
-            OwnCall(index=0, server="s", tool="t", arguments={}, unsafe=True, label="unsafe",
-                    decision="allow")])])  # fmt: skip
-    recorded = tmp_path / "run.json"
-    recorded.write_bytes(run_encoder.encode(run))
-    assert run_own_suite(_args(from_run=str(recorded), out=str(tmp_path / "o"))) == 0
-    assert "cases of the held-out-3 set" in (tmp_path / "o" / "report.md").read_text()
-    assert '"set": "held-out-3"' in (tmp_path / "o" / "report.json").read_text()
-    capsys.readouterr()
+    check_set_option_and_report("held-out-3", "h2-uc-09", tmp_path, capsys)  # held-out-2's id
 
 
 REPLAYED = ("h3-uc-03", "h3-se-03")

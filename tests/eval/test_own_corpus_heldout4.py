@@ -12,24 +12,17 @@ the guard decides on this set is measured, never pinned by a test.
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 import pytest
 
-from mtguard_rt.cli import main
 from mtguard_rt.eval.owncorpus.cases import (
     HELDOUT4_DIR,
     HELDOUT4_SERVERS,
-    Case,
-    Persona,
-    load_set,
 )
-from mtguard_rt.eval.owncorpus.cli import run_own_suite
-from mtguard_rt.eval.owncorpus.replay import OwnCall, OwnCaseRun, OwnRun, run_encoder
 
-from .own_replay import check_held_out_shape, replay
+from .own_replay import check_disjoint, check_held_out_shape, check_set_option_and_report, replay
 
 # Scripts a task may be written in, by a character each (Latin tasks counted apart).
 SCRIPTS = {"cyrillic": "\u0400-\u04ff", "arabic": "\u0600-\u06ff", "devanagari": "\u0900-\u097f",
@@ -48,43 +41,11 @@ def test_heldout4_shape() -> None:
 
 
 def test_five_sets_are_disjoint() -> None:
-    earlier: list[Case] = []
-    earlier_personas: dict[str, Persona] = {}
-    for name in ("dev", "held-out", "held-out-2", "held-out-3"):
-        cases, personas = load_set(name)
-        earlier += cases
-        earlier_personas.update(personas)
-    held4, held4_personas = load_set("held-out-4")
-    every, all_personas = load_set("all")
-    assert not held4_personas.keys() & earlier_personas.keys()  # other servers, not variations
-    assert not {c.id for c in held4} & {c.id for c in earlier}
-    assert [c.id for c in every] == [c.id for c in earlier + held4]
-    assert all_personas.keys() == earlier_personas.keys() | held4_personas.keys()
-
-
-def _args(**kw: object) -> argparse.Namespace:
-    base: dict[str, object] = {"domain": None, "corpus": None, "policy": [], "audit_log": None,
-                               "server": None, "sessions": None, "set": None, "cases": None,
-                               "out": None, "from_run": None}  # fmt: skip
-    return argparse.Namespace(**{**base, **kw})
+    check_disjoint("held-out-4")
 
 
 def test_set_option_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["eval", "--suite", "own", "--set", "held-out-4", "--cases", "h3-uc-03",
-                 "--out", str(tmp_path)]) == 2  # fmt: skip
-    assert "unknown case id(s): h3-uc-03" in capsys.readouterr().err  # held-out-3's, not ours
-    assert main(["eval", "--suite", "real", "--set", "held-out-4", "--out", str(tmp_path)]) == 2
-    assert "--set held-out-4: not for --suite real" in capsys.readouterr().err
-    run = OwnRun(set="held-out-4", cases=[OwnCaseRun(
-        case_id="h4-x", cls="rug-pull", source="host", label="attack", calls=[
-            OwnCall(index=0, server="s", tool="t", arguments={}, unsafe=True, label="unsafe",
-                    decision="deny")])])  # fmt: skip
-    recorded = tmp_path / "run.json"
-    recorded.write_bytes(run_encoder.encode(run))
-    assert run_own_suite(_args(from_run=str(recorded), out=str(tmp_path / "o"))) == 0
-    assert "cases of the held-out-4 set" in (tmp_path / "o" / "report.md").read_text()
-    assert '"set": "held-out-4"' in (tmp_path / "o" / "report.json").read_text()
-    capsys.readouterr()
+    check_set_option_and_report("held-out-4", "h3-uc-03", tmp_path, capsys)  # held-out-3's id
 
 
 REPLAYED = ("h4-rp-06", "h4-uc-07")
