@@ -19,9 +19,11 @@ import anyio
 import pytest
 
 from mtguard_rt import CallDenied, open_guard
+from tests.audit_records import last_call
 
 from ..e2e.conftest import SERVERS, online_guard_config
 from ..e2e.test_between_quarantine import HERE, TIMERS, _between
+from ..e2e.test_lost_events import TASK, small_allowed_flood_denied
 
 pytestmark = [
     pytest.mark.root, pytest.mark.bpf, pytest.mark.docker, pytest.mark.anyio,
@@ -32,9 +34,6 @@ MTGUARD = str(Path(sys.executable).parent / "mtguard")
 AGENT_START_S = 240  # one bcc compile on a loaded 2-core host (10-15 s quiet)
 CALL_BOUND_S = 90.0
 RING_PAGES = 16
-FLOOD = "for i in $(seq 20000); do echo x > /tmp/f$i; done; echo flooded"
-SMALL = "echo x > /tmp/one; echo small"
-TASK = "Write the scratch files"
 
 
 @pytest.fixture
@@ -79,20 +78,7 @@ async def test_a_flood_through_the_agent_is_denied_for_its_lost_records(
     command = [sys.executable, str(SERVERS / "terminal.py")]
     async with open_guard(config) as guard, guard.connect(command, name="fl") as server:
         assert guard.monitor_mode.startswith("monitor: agent"), guard.monitor_mode
-        with anyio.fail_after(CALL_BOUND_S):
-            out = await server.call_tool("run_command", {"command": SMALL}, task=TASK)
-        assert "small" in out["content"][0]["text"]
-        rec = guard.records[-1]
-        assert rec.decision == "allow" and "lost-events" not in rec.rules, rec.violations
-
-        with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
-            await server.call_tool("run_command", {"command": FLOOD}, task=TASK)
-        denied = info.value.record
-        assert denied is not None and "lost-events" in denied.rules, denied.reasons
-        (v,) = [v for v in denied.violations if v.rule == "lost-events"]
-        assert v.mode == "enforce"
-        assert any(e.startswith("open_write: ") for e in v.evidence), v.evidence
-        assert denied.tree is not None and denied.tree.lost.get("open_write", 0) > 0
+        await small_allowed_flood_denied(guard, server, CALL_BOUND_S)
 
 
 async def test_a_flood_between_calls_through_the_agent_quarantines_the_server(
@@ -104,7 +90,8 @@ async def test_a_flood_between_calls_through_the_agent_quarantines_the_server(
         assert guard.monitor_mode.startswith("monitor: agent"), guard.monitor_mode
         with anyio.fail_after(CALL_BOUND_S):
             await server.call_tool("schedule", {"action": "flood", "delay_s": 0.5}, task=TASK)
-        assert guard.records[-1].decision == "allow", guard.records[-1].violations
+        rec = last_call(guard.records)
+        assert rec.decision == "allow", rec.violations
         rec = await _between(guard, lambda r: "lost-events" in r.rules)
         (v,) = [v for v in rec.violations if v.rule == "lost-events"]
         assert v.mode == "enforce" and rec.decision == "deny"

@@ -13,7 +13,7 @@ import anyio
 import msgspec
 import pytest
 
-from mtguard_rt import CallDenied, open_guard
+from mtguard_rt import CallDenied, Guard, GuardedServer, open_guard
 from mtguard_rt.config import MonitorSection
 from mtguard_rt.monitor.loader import unload_program
 from tests.audit_records import last_call
@@ -42,19 +42,25 @@ async def test_a_flood_that_sheds_writing_opens_is_denied_a_small_call_is_not(
     command = [sys.executable, str(SERVERS / "terminal.py")]
     try:
         async with open_guard(config) as guard, guard.connect(command, name="fl") as server:
-            with anyio.fail_after(CALL_BOUND_S):
-                out = await server.call_tool("run_command", {"command": SMALL}, task=TASK)
-            assert "small" in out["content"][0]["text"]
-            rec = last_call(guard.records)
-            assert rec.decision == "allow" and "lost-events" not in rec.rules, rec.violations
-
-            with anyio.fail_after(CALL_BOUND_S), pytest.raises(CallDenied) as info:
-                await server.call_tool("run_command", {"command": FLOOD}, task=TASK)
-            denied = info.value.record
-            assert denied is not None and "lost-events" in denied.rules, denied.reasons
-            (v,) = [v for v in denied.violations if v.rule == "lost-events"]
-            assert v.mode == "enforce"
-            assert any(e.startswith("open_write: ") for e in v.evidence), v.evidence
-            assert denied.tree is not None and denied.tree.lost.get("open_write", 0) > 0
+            await small_allowed_flood_denied(guard, server, CALL_BOUND_S)
     finally:
         unload_program(RING_PAGES)
+
+
+async def small_allowed_flood_denied(guard: Guard, server: GuardedServer, bound_s: float) -> None:
+    """On a small ring: the small call is allowed with nothing lost; the flood is denied by
+    `lost-events` in enforce mode, its evidence and tree counting lost writing opens."""
+    with anyio.fail_after(bound_s):
+        out = await server.call_tool("run_command", {"command": SMALL}, task=TASK)
+    assert "small" in out["content"][0]["text"]
+    rec = last_call(guard.records)
+    assert rec.decision == "allow" and "lost-events" not in rec.rules, rec.violations
+
+    with anyio.fail_after(bound_s), pytest.raises(CallDenied) as info:
+        await server.call_tool("run_command", {"command": FLOOD}, task=TASK)
+    denied = info.value.record
+    assert denied is not None and "lost-events" in denied.rules, denied.reasons
+    (v,) = [v for v in denied.violations if v.rule == "lost-events"]
+    assert v.mode == "enforce"
+    assert any(e.startswith("open_write: ") for e in v.evidence), v.evidence
+    assert denied.tree is not None and denied.tree.lost.get("open_write", 0) > 0
